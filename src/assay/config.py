@@ -1,0 +1,25 @@
+"""Settings read from the environment (``ASSAY_*``), with defaults that need no set-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Where assay keeps its files. ``ASSAY_HOME`` moves them all."""
+
+    model_config = SettingsConfigDict(env_prefix="ASSAY_")
+
+    home: Path = Path.home() / ".assay"
+
+    @property
+    def cache_path(self) -> Path:
+        """The SQLite response cache shared by every model backend."""
+        return self.home / "cache" / "responses.sqlite"
+
+
+def settings() -> Settings:
+    """Fresh settings each call, so tests can change the environment."""
+    return Settings()
