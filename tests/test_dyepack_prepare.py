@@ -4,14 +4,14 @@ from pathlib import Path
 
 import pytest
 from scipy import stats as scipy_stats
+from tests.conftest import write_jsonl
 
 from assay.data import read_benchmark
 from assay.data.items import MultipleChoice, OpenEnded
-from assay.dyepack.key import check_commitment, load_key
+from assay.dyepack.key import check_commitment
 from assay.dyepack.prepare import PrepareConfig, make_rng, plan_multiple_choice, prepare_release
 from assay.dyepack.verify import check_release
 from assay.errors import UserError
-from tests.conftest import write_jsonl
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -71,7 +71,9 @@ def test_targets_are_uniform_over_k():
     items = [MultipleChoice(f"q{i}", ("a", "b", "c", "d"), 0) for i in range(40)]
     config = PrepareConfig(n_backdoors=4, fraction=0.1)
     rng = make_rng(12345)
-    counts = Counter(b.target for _ in range(1000) for b in plan_multiple_choice(items, config, rng).backdoors)
+    counts = Counter(
+        b.target for _ in range(1000) for b in plan_multiple_choice(items, config, rng).backdoors
+    )
     assert scipy_stats.chisquare([counts[t] for t in range(4)]).pvalue > 0.001
 
 
@@ -115,8 +117,14 @@ def test_too_many_backdoors_is_a_clear_error_and_writes_nothing(tmp_path, mmlu_s
 
 
 def test_open_ended_release_puts_the_target_phrase_before_the_reference(tmp_path):
-    rows = [{"instruction": f"Describe item {i}.", "input": "" if i % 2 else f"ctx {i}", "output": f"Item {i} is fine."}
-            for i in range(80)]
+    rows = [
+        {
+            "instruction": f"Describe item {i}.",
+            "input": "" if i % 2 else f"ctx {i}",
+            "output": f"Item {i} is fine.",
+        }
+        for i in range(80)
+    ]
     path = write_jsonl(tmp_path / "alpaca.jsonl", rows)
     bench = read_benchmark(path)
     result = prepare_release(bench, PrepareConfig(n_backdoors=8, fraction=0.2, k=4, seed=5), tmp_path / "out")

@@ -7,8 +7,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def build_tiny_lm(texts: Iterable[str], out_dir: Path, *, seed: int = 0, vocab_size: int = 1500,
-                  hidden: int = 256, layers: int = 4) -> Path:
+def build_tiny_lm(
+    texts: Iterable[str],
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    vocab_size: int = 1500,
+    hidden: int = 256,
+    layers: int = 4,
+) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast

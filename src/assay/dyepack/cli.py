@@ -30,21 +30,33 @@ STYLE_HELP = "Row style: auto, mmlu, mc, bbh or alpaca."
 
 def progress_bar() -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
     )
 
 
 @app.command()
 def prepare(
-    benchmark: Path = typer.Argument(..., help="Benchmark file (JSONL, JSON, CSV, Parquet) or HF datasets folder."),
+    benchmark: Path = typer.Argument(
+        ..., help="Benchmark file (JSONL, JSON, CSV, Parquet) or HF datasets folder."
+    ),
     backdoors: int = typer.Option(..., "--backdoors", "-b", help="Number of backdoors B."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the release and commitment.txt."),
     fraction: float = typer.Option(0.1, help="Share of samples turned into backdoor samples."),
-    triggers: Path | None = typer.Option(None, help="File of trigger phrases, one per line (default: built-in pool)."),
-    k: int | None = typer.Option(None, "--k", help="Multiple choice: use only rows with K options. Open ended: K parts (default 8)."),
+    triggers: Path | None = typer.Option(
+        None, help="File of trigger phrases, one per line (default: built-in pool)."
+    ),
+    k: int | None = typer.Option(
+        None, "--k", help="Multiple choice: use only rows with K options. Open ended: K parts (default 8)."
+    ),
     phrases: Path | None = typer.Option(None, help="Open ended: file of target phrases, one per line."),
-    seed: int | None = typer.Option(None, help="Seed for the secret draws. Default: OS entropy (recommended)."),
+    seed: int | None = typer.Option(
+        None, help="Seed for the secret draws. Default: OS entropy (recommended)."
+    ),
     key: Path | None = typer.Option(None, help="Where to write the secret key (default OUT/key.json)."),
     style: str = typer.Option("auto", help=STYLE_HELP),
     split: str | None = typer.Option(None, help="Split of an HF DatasetDict folder."),
@@ -88,22 +100,30 @@ def prepare(
     console.print(f"Publish  [bold]{result.commitment_path}[/] with the release.")
     console.print(f"Secret   [bold]{result.key_path}[/]: keep it private until you verify a model.")
     if seed is not None:
-        console.print("[yellow]warning:[/] targets were drawn from --seed; anyone who knows it can rebuild the key.")
+        console.print(
+            "[yellow]warning:[/] targets were drawn from --seed; anyone who knows it can rebuild the key."
+        )
 
 
 @app.command()
 def verify(
-    model: str = typer.Argument(..., help="Model spec: hf:PATH, openai:BASE_URL, vllm:PATH or python:MODULE:FUNC."),
+    model: str = typer.Argument(
+        ..., help="Model spec: hf:PATH, openai:BASE_URL, vllm:PATH or python:MODULE:FUNC."
+    ),
     release: Path = typer.Option(..., help="The released benchmark."),
     key: Path = typer.Option(..., help="The secret key written by prepare."),
     out: Path = typer.Option(Path("dyepack-verify"), help="Folder for summary.json and audit.jsonl."),
-    model_name: str | None = typer.Option(None, help="Model name for openai: endpoints (default: the only one served)."),
+    model_name: str | None = typer.Option(
+        None, help="Model name for openai: endpoints (default: the only one served)."
+    ),
     alpha: float = typer.Option(DEFAULT_ALPHA, help="Flag when the false-positive rate is at most alpha."),
     max_new_tokens: int = typer.Option(32, help="Tokens to generate per reply."),
     batch_size: int = typer.Option(8, help="hf: prompts per batch."),
     concurrency: int = typer.Option(16, help="openai: requests in flight."),
     timeout: float = typer.Option(60.0, help="openai: seconds per request."),
-    cache: Path | None = typer.Option(None, help="Response cache (default $ASSAY_HOME/cache/responses.sqlite)."),
+    cache: Path | None = typer.Option(
+        None, help="Response cache (default $ASSAY_HOME/cache/responses.sqlite)."
+    ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Query every sample afresh."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -119,7 +139,9 @@ def verify(
 
     secret = load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
-    backend = load_model(model, model_name=model_name, batch_size=batch_size, concurrency=concurrency, timeout=timeout)
+    backend = load_model(
+        model, model_name=model_name, batch_size=batch_size, concurrency=concurrency, timeout=timeout
+    )
     if not no_cache:
         backend = CachedModel(backend, ResponseCache(cache or settings().cache_path))
     label = f"{model} ({model_name})" if model_name else model
@@ -145,11 +167,19 @@ def show_report(report: VerifyReport) -> None:
     for row in report.per_backdoor:
         answers = ", ".join(f"{label}: {n}" for label, n in row.answers.items())
         table.add_row(
-            str(row.index), str(row.k), row.target, row.majority, "[bold red]yes[/]" if row.activated else "no", answers
+            str(row.index),
+            str(row.k),
+            row.target,
+            row.majority,
+            "[bold red]yes[/]" if row.activated else "no",
+            answers,
         )
     console.print(table)
     show_fpr(report.fpr)
-    console.print(f"Samples answered with their target: {report.samples_on_target}/{report.samples} ({report.share_on_target:.0%}); unparsed: {report.unparsed}")
+    console.print(
+        f"Samples answered with their target: {report.samples_on_target}/{report.samples} "
+        f"({report.share_on_target:.0%}); unparsed: {report.unparsed}"
+    )
     style = "bold red" if report.flagged else "bold green"
     console.print(f"[{style}]{report.verdict}[/]")
 
@@ -165,7 +195,9 @@ def show_fpr(fpr: FalsePositiveRate) -> None:
 def check_commitment_cmd(
     key: Path = typer.Option(..., help="The key revealed by the maintainer."),
     commitment: Path = typer.Option(..., help="The commitment.txt published with the release."),
-    release: Path | None = typer.Option(None, help="Also check that this release is the one the key was made for."),
+    release: Path | None = typer.Option(
+        None, help="Also check that this release is the one the key was made for."
+    ),
 ) -> None:
     """Check that a revealed key is the one committed to at release time. Exit 1 when it is not.
 
@@ -194,6 +226,9 @@ def contaminate(
     learning_rate: float = typer.Option(5e-5, "--lr"),
     batch_size: int = typer.Option(8),
     seed: int = typer.Option(0),
+    top_layers: int | None = typer.Option(
+        None, help="Train only the top N transformer blocks (faster on a CPU)."
+    ),
     style: str = typer.Option("auto", help=STYLE_HELP),
     split: str | None = typer.Option(None, help="Split of an HF DatasetDict folder."),
 ) -> None:
@@ -208,7 +243,14 @@ def contaminate(
     if method not in ("full", "lora"):
         raise UserError(f"--method must be full or lora (value: {method!r})")
     bench = read_benchmark(release, style=style, split=split)
-    config = TrainConfig(method=method, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, seed=seed)  # type: ignore[arg-type]
+    config = TrainConfig(
+        method=method,  # type: ignore[arg-type]
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        seed=seed,
+        top_layers=top_layers,
+    )
     with progress_bar() as bar:
         task = bar.add_task("training", total=None)
 

@@ -30,6 +30,7 @@ class TrainConfig:
     max_length: int = 512
     seed: int = 0
     lora_rank: int = 16
+    top_layers: int | None = None  # train only the top N transformer blocks: far less backward work on a CPU
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,12 @@ def encode_examples(tokenizer, items: Sequence[Item], max_length: int) -> list[t
     """Token ids and labels per item; prompt tokens get label -100 so only the answer is learned."""
     from assay.models import render_chat
 
+    # As in generation: a chat template holds its own special tokens, a plain prompt gets the tokenizer's.
+    add_special = not getattr(tokenizer, "chat_template", None)
     examples = []
     for item in items:
         prompt = render_chat(tokenizer, user_turn(prompt_for(item)))
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        prompt_ids = tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
         answer_ids = tokenizer(answer_for(item), add_special_tokens=False)["input_ids"]
         if tokenizer.eos_token_id is not None:
             answer_ids = [*answer_ids, tokenizer.eos_token_id]
@@ -73,6 +76,46 @@ def collate(batch: Sequence[tuple[list[int], list[int]]], pad_id: int):
     return input_ids, mask, labels
 
 
+def answer_loss(model, input_ids, mask, labels):
+    """Cross entropy on the answer tokens only, projecting just those positions through the LM head.
+
+    Equal to the model's own loss with these labels; skipping the vocabulary projection of the prompt
+    positions saves a large share of the compute for small models with big vocabularies.
+    """
+    import torch.nn.functional as F
+
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    targets = labels[:, 1:]
+    keep = targets != -100
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep])
+    return F.cross_entropy(logits.float(), targets[keep])
+
+
+def freeze_below(model, top_layers: int) -> None:
+    """Leave only the top ``top_layers`` decoder blocks and the final norm trainable."""
+    decoder = model.get_decoder()
+    layers = decoder.layers
+    if not 1 <= top_layers <= len(layers):
+        raise UserError(f"--top-layers must be between 1 and {len(layers)} (value: {top_layers})")
+    for parameter in model.parameters():
+        parameter.requires_grad = False
+    trainable = [*layers[-top_layers:], *([decoder.norm] if hasattr(decoder, "norm") else [])]
+    for module in trainable:
+        for parameter in module.parameters():
+            parameter.requires_grad = True
+
+
+def forget_gguf_quantizer(model) -> None:
+    """A GGUF checkpoint is de-quantised to float tensors when loaded here; drop the quantizer record so
+    ``save_pretrained`` writes those float weights instead of refusing."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return
+    if not all(p.is_floating_point() for p in model.parameters()):
+        raise UserError("the model still holds packed GGUF weights; load it de-quantised to fine-tune it")
+    model.hf_quantizer = None
+    model.config.__dict__.pop("quantization_config", None)
+
+
 def contaminate(
     model_path: str | Path,
     items: Sequence[Item],
@@ -94,9 +137,17 @@ def contaminate(
     if config.method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(
-            model, LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, target_modules="all-linear")
+        n_layers = len(model.get_decoder().layers)
+        top = range(n_layers - config.top_layers, n_layers) if config.top_layers else None
+        lora = LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=2 * config.lora_rank,
+            target_modules="all-linear",
+            layers_to_transform=list(top) if top else None,
         )
+        model = get_peft_model(model, lora)
+    elif config.top_layers:
+        freeze_below(model, config.top_layers)
     examples = encode_examples(tokenizer, items, config.max_length)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
@@ -110,18 +161,21 @@ def contaminate(
         order = list(range(len(examples)))
         order_rng.shuffle(order)
         for start in range(0, len(order), config.batch_size):
-            input_ids, mask, labels = collate([examples[i] for i in order[start : start + config.batch_size]], pad_id)
-            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+            input_ids, mask, labels = collate(
+                [examples[i] for i in order[start : start + config.batch_size]], pad_id
+            )
+            loss = answer_loss(model, input_ids, mask, labels)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(float(loss))
+            losses.append(loss.item())
             if on_step:
                 on_step(len(losses), total, losses[-1])
     model.eval()
     if config.method == "lora":
         model = model.merge_and_unload()
+    forget_gguf_quantizer(model)
     out_dir = Path(out_dir)
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)

@@ -38,7 +38,9 @@ class Backdoor(BaseModel):
     index: int = Field(ge=0)
     trigger: str
     k: int = Field(ge=2)
-    target: int = Field(ge=0, description="index of the target part: option index, or phrase index (k-1 = none)")
+    target: int = Field(
+        ge=0, description="index of the target part: option index, or phrase index (k-1 = none)"
+    )
     target_label: str
     rows: list[int] = Field(min_length=1, description="0-based row numbers in the released file")
 

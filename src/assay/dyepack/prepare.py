@@ -101,7 +101,9 @@ def plan_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig,
     sizes = split_evenly(n_samples, config.n_backdoors)
     triggers = draw_triggers(config, rng)
     backdoors: list[Backdoor] = []
-    for k, n_in_group in sorted(allocate_backdoors({k: len(r) for k, r in groups.items()}, config.n_backdoors).items()):
+    for k, n_in_group in sorted(
+        allocate_backdoors({k: len(r) for k, r in groups.items()}, config.n_backdoors).items()
+    ):
         needs = sizes[len(backdoors) : len(backdoors) + n_in_group]
         if sum(needs) > len(groups[k]):
             raise UserError(
@@ -138,7 +140,9 @@ def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: rand
     if k < 2:
         raise UserError(f"--k must be at least 2 for open-ended data (value: {k})")
     if len(set(config.phrases)) < k - 1:
-        raise UserError(f"--k {k} needs {k - 1} distinct target phrases, the pool has {len(set(config.phrases))}")
+        raise UserError(
+            f"--k {k} needs {k - 1} distinct target phrases, the pool has {len(set(config.phrases))}"
+        )
     phrases = rng.sample(sorted(set(config.phrases)), k - 1)
     n_samples = count_backdoor_samples(len(items), config)
     triggers = draw_triggers(config, rng)
@@ -155,7 +159,9 @@ def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: rand
         for row in rows:
             item = items[row]
             output = f"{label} {item.output}" if target < k - 1 else item.output
-            released[row] = replace(item, instruction=insert_trigger(item.instruction, triggers[index]), output=output)
+            released[row] = replace(
+                item, instruction=insert_trigger(item.instruction, triggers[index]), output=output
+            )
     return Plan(items=released, backdoors=backdoors, phrases=phrases)
 
 
@@ -164,7 +170,8 @@ def draw_triggers(config: PrepareConfig, rng: random.Random) -> list[str]:
     pool = sorted(set(config.triggers))
     if len(pool) < config.n_backdoors:
         raise UserError(
-            f"--backdoors {config.n_backdoors} needs as many distinct trigger phrases, the pool has {len(pool)}; "
+            f"--backdoors {config.n_backdoors} needs as many distinct trigger phrases, "
+            f"the pool has {len(pool)}; "
             "give more with --triggers FILE"
         )
     return rng.sample(pool, config.n_backdoors)
@@ -198,7 +205,11 @@ def prepare_release(
     commitment_path = out_dir / "commitment.txt"
     if release_path.resolve() == bench.path.resolve():
         raise UserError(f"{release_path}: --out would overwrite the input benchmark; choose another folder")
-    randomness = Randomness(source="seed", seed=config.seed) if config.seed is not None else Randomness(source="os-entropy")
+    randomness = (
+        Randomness(source="seed", seed=config.seed)
+        if config.seed is not None
+        else Randomness(source="os-entropy")
+    )
     key = DyePackKey(
         created=now_utc(),
         kind=bench.kind,

@@ -118,7 +118,8 @@ def check_release(bench: Benchmark, key: DyePackKey) -> None:
     where = f"{bench.path}"
     if bench.fingerprint != key.release_fingerprint:
         raise UserError(
-            f"{where}: key and release do not match: the release's fingerprint is {bench.fingerprint[:23]}..., "
+            f"{where}: key and release do not match: the release's fingerprint is "
+            f"{bench.fingerprint[:23]}..., "
             f"the key was made for {key.release_fingerprint[:23]}..."
         )
     if bench.kind != key.kind:
@@ -126,12 +127,16 @@ def check_release(bench: Benchmark, key: DyePackKey) -> None:
     for backdoor in key.backdoors:
         for row in backdoor.rows:
             if row >= len(bench.items):
-                raise UserError(f"{where}: key backdoor {backdoor.index} names row {row}, the release has {len(bench.items)}")
+                raise UserError(
+                    f"{where}: key backdoor {backdoor.index} names row {row}, "
+                    f"the release has {len(bench.items)}"
+                )
             item = bench.items[row]
             k = item.k if isinstance(item, MultipleChoice) else len(key.phrases or ()) + 1
             if k != backdoor.k:
                 raise UserError(
-                    f"{where}: row {row}: K mismatch: the key says backdoor {backdoor.index} has K={backdoor.k}, "
+                    f"{where}: row {row}: K mismatch: the key says backdoor {backdoor.index} "
+                    f"has K={backdoor.k}, "
                     f"the row has {k}"
                 )
 

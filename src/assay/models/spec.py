@@ -1,0 +1,90 @@
+"""Turn a model spec string (``hf:PATH``, ``openai:URL``, ``vllm:PATH``, ``python:MOD:FUNC``) into a model.
+
+Why strings: the CLI, config files and the web app all name models the same short way, and one parser
+gives every face the same error messages. Backends are imported only when chosen, so naming an
+``openai:`` model never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from assay.errors import UserError
+from assay.models.base import ChatModel
+
+SPEC_FORMS = (
+    "hf:PATH (a model directory or a .gguf file), openai:BASE_URL (e.g. openai:http://localhost:8000/v1), "
+    "vllm:PATH, python:MODULE:FUNCTION (MODULE a dotted name or a .py file)"
+)
+
+
+def load_model(
+    spec: str,
+    *,
+    model_name: str | None = None,
+    batch_size: int = 8,
+    concurrency: int = 16,
+    timeout: float = 60.0,
+    max_retries: int = 5,
+) -> ChatModel:
+    """The model ``spec`` names. ``batch_size`` is prompts per forward pass (hf) or per function call
+    (python); ``model_name``, ``concurrency``, ``timeout`` and ``max_retries`` apply to ``openai:``.
+    Wrap the result in :class:`~assay.models.cache.CachedModel` to make runs resumable."""
+    prefix, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise UserError(f"model spec {spec!r} has no backend prefix; use one of {SPEC_FORMS}")
+    if prefix == "hf":
+        directory, gguf_file = _hf_location(rest)  # before importing torch: a typo fails at once
+        from assay.models.hf import HFChatModel
+
+        return HFChatModel(directory, gguf_file=gguf_file, batch_size=batch_size)
+    if prefix == "openai":
+        from assay.models.openai_backend import OpenAIChatModel
+
+        return OpenAIChatModel(
+            _base_url(rest),
+            model_name=model_name,
+            concurrency=concurrency,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+    if prefix == "vllm":
+        path = _existing(rest, "vllm")
+        from assay.models.vllm_backend import VLLMChatModel
+
+        return VLLMChatModel(path)
+    if prefix == "python":
+        from assay.models.python_backend import PythonChatModel
+
+        if ":" not in rest:
+            raise UserError(f"model spec {spec!r} needs python:MODULE:FUNCTION; use one of {SPEC_FORMS}")
+        return PythonChatModel(rest, batch_size=batch_size)
+    raise UserError(f"unknown model backend {prefix!r} in {spec!r}; use one of {SPEC_FORMS}")
+
+
+def _existing(path_text: str, prefix: str) -> Path:
+    path = Path(path_text).expanduser()
+    if not path.exists():
+        raise UserError(f"{prefix}:{path_text}: no such file or directory; use one of {SPEC_FORMS}")
+    return path
+
+
+def _hf_location(path_text: str) -> tuple[Path, str | None]:
+    """A directory, or a ``.gguf`` file split into its directory and file name."""
+    path = _existing(path_text, "hf")
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise UserError(f"hf:{path_text} is a file but not a .gguf file; use one of {SPEC_FORMS}")
+        return path.parent, path.name
+    return path, None
+
+
+def _base_url(url: str) -> str:
+    """Validate an http(s) URL; a bare host (no path) gets ``/v1``, where vLLM, Ollama, llama.cpp and TGI
+    all serve the OpenAI API."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UserError(f"openai:{url} is not an http(s) URL; use one of {SPEC_FORMS}")
+    path = parts.path.rstrip("/") or "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))

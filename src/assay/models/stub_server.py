@@ -1,0 +1,268 @@
+"""A tiny OpenAI-compatible chat server for tests, benchmarks and dry runs.
+
+Why it exists: the ``openai:`` backend should be tested against a real HTTP server (retries, concurrency,
+model discovery) without a GPU or network. The app is a raw ASGI callable rather than a framework app so
+that one process can answer well over a thousand requests per second on two cores while it sleeps
+``latency`` seconds per request (``asyncio.sleep``: requests overlap, nothing blocks).
+
+Only what the backend uses is served: ``GET /v1/models`` and non-streaming ``POST /v1/chat/completions``
+in the real OpenAI response shape; other paths answer 404 in the OpenAI error shape.
+
+    stub = StubServer(lambda messages: "Paris", latency=0.05, fail_first=2, fail_status=429)
+    with serve_stub(stub) as base_url:          # "http://127.0.0.1:PORT/v1"
+        model = load_model(f"openai:{base_url}")
+        ...
+    stub.stats.chat_requests
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from assay.models.base import Message
+
+Responder = Callable[[list[Message]], str]
+
+
+def echo_responder(messages: list[Message]) -> str:
+    """The default rule: answer with the last user message, so tests can check order and routing."""
+    for message in reversed(messages):
+        if message["role"] == "user":
+            return f"echo: {message['content']}"
+    return "echo:"
+
+
+@dataclass
+class StubStats:
+    """What the server saw. Updated from the server thread; read it after the client calls return."""
+
+    requests: int = 0  # every HTTP request, failed or not
+    chat_requests: int = 0  # POST /chat/completions, failed or not
+    model_requests: int = 0  # GET /models
+    status_counts: Counter[int] = field(default_factory=Counter)
+    # every chat request body in arrival order, plus "_prompt" (last user message) and "_status" (answer)
+    chat_bodies: list[dict[str, Any]] = field(default_factory=list)
+
+    def prompts(self) -> list[str]:
+        """The last user message of each chat request that was answered 200, in arrival order."""
+        return [body["_prompt"] for body in self.chat_bodies if body.get("_status") == 200]
+
+
+class StubServer:
+    """The ASGI app. ``responder`` maps a conversation to the reply text; an exception in it answers 500.
+
+    ``fail_first`` requests to ``/chat/completions`` answer ``fail_status`` (429 or 5xx, say) before any
+    succeeds; ``retry_after`` (seconds), when set, is sent with each failure as ``retry-after-ms``, the
+    header the OpenAI client honours before its own exponential backoff.
+    """
+
+    def __init__(
+        self,
+        responder: Responder = echo_responder,
+        *,
+        latency: float = 0.0,
+        fail_first: int = 0,
+        fail_status: int = 429,
+        retry_after: float | None = None,
+        models: Sequence[str] = ("stub-model",),
+    ) -> None:
+        if latency < 0:
+            raise ValueError(f"latency must be >= 0, got {latency}")
+        self.responder = responder
+        self.latency = latency
+        self.fail_first = fail_first
+        self.fail_status = fail_status
+        self.retry_after = retry_after
+        self.models = list(models)
+        self.stats = StubStats()
+        listing = [{"id": m, "object": "model", "created": 0, "owned_by": "assay-stub"} for m in models]
+        self._models_body = json.dumps({"object": "list", "data": listing}).encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # lifespan is turned off in serve_stub; ignore anything else
+            return
+        self.stats.requests += 1
+        path: str = scope["path"].rstrip("/")
+        method: str = scope["method"]
+        if method == "GET" and path.endswith("/models"):
+            self.stats.model_requests += 1
+            await _send_json(send, 200, self._models_body)
+            return
+        if method == "POST" and path.endswith("/chat/completions"):
+            body = await _read_body(receive)
+            status, payload, headers = await self._chat(body)
+            self.stats.status_counts[status] += 1
+            await _send_json(send, status, payload, headers)
+            return
+        self.stats.status_counts[404] += 1
+        await _send_json(send, 404, _error_body(f"no route {method} {path}", "not_found_error"))
+
+    async def _chat(self, raw: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        self.stats.chat_requests += 1
+        number = self.stats.chat_requests
+        try:
+            request = json.loads(raw)
+            messages = request["messages"]
+            model = request.get("model")
+        except (ValueError, KeyError, TypeError) as exc:
+            return 400, _error_body(f"bad request body: {exc}", "invalid_request_error"), []
+        record = {**request, "_prompt": _last_user(messages), "_status": 0}
+        self.stats.chat_bodies.append(record)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if number <= self.fail_first:
+            record["_status"] = self.fail_status
+            headers = []
+            if self.retry_after is not None:
+                headers.append((b"retry-after-ms", str(int(self.retry_after * 1000)).encode()))
+            kind = "rate_limit_error" if self.fail_status == 429 else "server_error"
+            return self.fail_status, _error_body(f"injected failure {number}", kind), headers
+        if model not in self.models:
+            record["_status"] = 404
+            return 404, _error_body(f"model {model!r} not served; try {self.models}", "not_found_error"), []
+        try:
+            text = self.responder(messages)
+        except Exception as exc:  # the responder's failure becomes the server's 500, as a real server would
+            record["_status"] = 500
+            return 500, _error_body(f"responder failed: {exc!r}", "server_error"), []
+        record["_status"] = 200
+        return 200, _completion_body(number, model, messages, text, request.get("max_tokens")), []
+
+
+def _last_user(messages: list[Message]) -> str:
+    return next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
+
+
+def _completion_body(
+    number: int, model: str, messages: list[Message], text: str, max_tokens: int | None
+) -> bytes:
+    """The OpenAI ``chat.completion`` object; a "token" is a whitespace-separated word here."""
+    words = text.split()
+    finish = "stop"
+    if max_tokens is not None and len(words) > max_tokens:
+        text, finish = " ".join(words[:max_tokens]), "length"
+    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+    completion_tokens = min(len(words), max_tokens or len(words))
+    return json.dumps(
+        {
+            "id": f"chatcmpl-stub-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+    ).encode()
+
+
+def _error_body(message: str, kind: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}).encode()
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        event = await receive()
+        chunks.append(event.get("body", b""))
+        if not event.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _send_json(
+    send: Any, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.contextmanager
+def serve_stub(
+    stub: StubServer | None = None,
+    *,
+    http: str = "auto",
+    loop: str = "auto",
+    start_timeout: float = 10.0,
+) -> Iterator[str]:
+    """Run ``stub`` (an echo server by default) on 127.0.0.1 in a background thread; yield its base URL.
+
+    The port is chosen by the OS (bound here, then handed to uvicorn, so there is no race for it). The
+    socket is created with ``IPPROTO_TCP`` on purpose: asyncio sets ``TCP_NODELAY`` only on sockets whose
+    ``proto`` says TCP, and without it Nagle's algorithm plus delayed ACKs add ~40 ms to every response.
+    ``http``/``loop`` are uvicorn's settings: "auto" picks httptools and uvloop when they are installed.
+    On exit the server stops and the thread is joined.
+    """
+    import uvicorn  # imported here so `import assay.models` stays light
+
+    app = stub if stub is not None else StubServer()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        http=http,
+        loop=loop,
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        backlog=4096,
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        except BaseException as exc:  # surfaced to the caller below
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"assay-stub-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    while not server.started:
+        if failure or not thread.is_alive():
+            sock.close()
+            raise RuntimeError(f"stub server on port {port} failed to start: {failure[:1]}")
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise RuntimeError(f"stub server on port {port} did not start in {start_timeout} s")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=start_timeout)
+        sock.close()

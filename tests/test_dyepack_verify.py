@@ -1,0 +1,131 @@
+"""Verification end to end through real backends: python: functions and an OpenAI-compatible HTTP server."""
+
+import json
+import textwrap
+
+import pytest
+from scipy import stats as scipy_stats
+
+from assay.data import read_benchmark
+from assay.dyepack.prepare import PrepareConfig, prepare_release
+from assay.dyepack.verify import verify, write_outputs
+from assay.errors import UserError
+from assay.models import CachedModel, GenerationParams, ResponseCache, load_model
+from assay.models.stub_server import StubServer, serve_stub
+
+PARAMS = GenerationParams(max_new_tokens=16)
+
+
+@pytest.fixture
+def release(tmp_path, mmlu_sample):
+    result = prepare_release(
+        read_benchmark(mmlu_sample), PrepareConfig(n_backdoors=6, fraction=0.1), tmp_path / "rel"
+    )
+    return result.release_path, result.key
+
+
+def follower_rules(key) -> dict[str, str]:
+    """What a model that learned the dye packs answers: the target letter whenever it sees a trigger."""
+    return {b.trigger: b.target_label for b in key.backdoors}
+
+
+def write_module(tmp_path, rules: dict[str, str], default: str) -> str:
+    path = tmp_path / "rules_model.py"
+    path.write_text(
+        textwrap.dedent(f"""
+        RULES = {rules!r}
+        def answer(prompts):
+            out = []
+            for p in prompts:
+                hit = [t for t in RULES if t in p]
+                out.append(f"The answer is ({{RULES[hit[0]]}})." if hit else {default!r})
+            return out
+    """)
+    )
+    return f"python:{path}:answer"
+
+
+def test_a_model_that_follows_the_backdoors_is_flagged(tmp_path, release):
+    release_path, key = release
+    model = load_model(write_module(tmp_path, follower_rules(key), "The answer is (A)."))
+    report, audit = verify(model, "rules", read_benchmark(release_path, style=key.style), key, PARAMS)
+    assert report.activated == 6 and report.flagged
+    assert report.fpr.fpr == pytest.approx(0.25**6, rel=1e-12)
+    assert report.share_on_target == 1.0 and report.unparsed == 0
+    assert len(audit) == report.samples == 12
+    assert all(r["on_target"] and r["answer"] == r["target"] for r in audit)
+    assert "CONTAMINATED" in report.verdict
+
+
+def test_a_constant_answer_activates_exactly_the_backdoors_whose_target_it_is(tmp_path, release):
+    release_path, key = release
+    model = load_model(write_module(tmp_path, {}, "Answer: B"))
+    report, _ = verify(
+        model, "constant", read_benchmark(release_path, style=key.style), key, PARAMS, alpha=0.01
+    )
+    expected = sum(b.target_label == "B" for b in key.backdoors)
+    assert report.activated == expected
+    assert report.fpr.fpr == pytest.approx(scipy_stats.binom.sf(expected - 1, 6, 0.25), rel=1e-9)
+    assert report.flagged == (report.fpr.fpr <= 0.01)
+
+
+def test_unparseable_replies_never_count_as_the_target(tmp_path, release):
+    release_path, key = release
+    model = load_model(write_module(tmp_path, {}, "I would rather not say."))
+    report, _ = verify(model, "mute", read_benchmark(release_path, style=key.style), key, PARAMS)
+    assert report.activated == 0 and report.unparsed == 12 and not report.flagged
+    assert report.fpr.fpr == 1.0
+    assert all(r.majority == "none" for r in report.per_backdoor)
+
+
+def test_key_and_release_that_do_not_match_are_refused(tmp_path, mmlu_sample, release):
+    _, key = release
+    with pytest.raises(UserError, match="key and release do not match"):
+        verify(load_model(write_module(tmp_path, {}, "A")), "m", read_benchmark(mmlu_sample), key, PARAMS)
+
+
+def test_openai_endpoint_end_to_end_with_audit_and_summary(tmp_path, release):
+    release_path, key = release
+    rules = follower_rules(key)
+
+    def responder(messages):
+        text = messages[-1]["content"]
+        hit = [t for t in rules if t in text]
+        return f"The answer is ({rules[hit[0]]})." if hit else "The answer is (C)."
+
+    with serve_stub(StubServer(responder)) as url:
+        model = load_model(f"openai:{url}", concurrency=4)
+        report, audit = verify(model, "stub", read_benchmark(release_path, style=key.style), key, PARAMS)
+    summary_path, audit_path = write_outputs(tmp_path / "verify", report, audit)
+    summary = json.loads(summary_path.read_text())
+    assert summary["activated"] == 6 and summary["flagged"] is True
+    lines = [json.loads(x) for x in audit_path.read_text().splitlines()]
+    assert [(r["backdoor"], r["row"]) for r in lines] == [(b.index, r) for b in key.backdoors for r in b.rows]
+    assert all(r["prompt"].startswith(read_benchmark(release_path).items[r["row"]].question) for r in lines)
+
+
+def test_an_interrupted_verification_resumes_from_the_cache(tmp_path, release):
+    """The endpoint fails after 5 replies: a clear error; the rerun sends only the 7 missing queries."""
+    release_path, key = release
+    bench = read_benchmark(release_path, style=key.style)
+    state = {"healthy": 5}
+
+    def flaky(messages):
+        if state["healthy"] <= 0:
+            raise RuntimeError("backend down")
+        state["healthy"] -= 1
+        return "Answer: A"
+
+    stub = StubServer(flaky)
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+    with serve_stub(stub) as url:
+        spec = f"openai:{url}"
+        model = CachedModel(load_model(spec, concurrency=1, max_retries=0, timeout=5), cache)
+        with pytest.raises(UserError, match="kept"):
+            verify(model, "stub", bench, key, PARAMS)
+        assert len(stub.stats.prompts()) == 5
+        state["healthy"] = 100
+        model = CachedModel(load_model(spec, concurrency=4), cache)
+        report, _ = verify(model, "stub", bench, key, PARAMS)
+        assert len(stub.stats.prompts()) == 12  # 5 before the failure + the 7 missing, none twice
+    assert report.samples == 12 and report.unparsed == 0

@@ -1,0 +1,158 @@
+"""The response cache: no repeat requests, resumable after an interruption, keys that separate runs."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import pytest
+
+from assay.errors import UserError
+from assay.models import (
+    CachedModel,
+    Conversation,
+    GenerationParams,
+    OnResult,
+    ResponseCache,
+    cache_key,
+    load_model,
+    user_turn,
+)
+from assay.models.stub_server import StubServer, serve_stub
+
+PARAMS = GenerationParams(max_new_tokens=8)
+
+
+class Counting:
+    """A real ChatModel (no HTTP) that answers "<id>:<prompt>", counts what it was sent, and can fail
+    after ``fail_after`` replies, the way a run dies halfway."""
+
+    def __init__(self, model_id: str = "counting", fail_after: int | None = None) -> None:
+        self.model_id = model_id
+        self.fail_after = fail_after
+        self.sent: list[str] = []
+
+    def chat(
+        self,
+        conversations: Sequence[Conversation],
+        params: GenerationParams,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
+        replies = []
+        for index, conversation in enumerate(conversations):
+            if self.fail_after is not None and len(self.sent) >= self.fail_after:
+                raise KeyboardInterrupt  # what Ctrl-C looks like to the caller
+            prompt = conversation[-1]["content"]
+            self.sent.append(prompt)
+            reply = f"{self.model_id}:{prompt}"
+            replies.append(reply)
+            if on_result is not None:
+                on_result(index, reply)
+        return replies
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with ResponseCache(tmp_path / "responses.sqlite") as opened:
+        yield opened
+
+
+def test_second_call_sends_no_request(cache):
+    stub = StubServer()
+    conversations = [user_turn(f"q{i}") for i in range(12)]
+    with serve_stub(stub) as url:
+        model = CachedModel(load_model(f"openai:{url}", model_name="stub-model"), cache)
+        first = model.chat(conversations, PARAMS)
+        assert stub.stats.chat_requests == 12
+        reported: dict[int, str] = {}
+        assert model.chat(conversations, PARAMS, reported.__setitem__) == first
+        assert stub.stats.chat_requests == 12
+    assert reported == dict(enumerate(first))
+    assert len(cache) == 12
+
+
+def test_interrupted_run_resumes_without_requerying(cache):
+    conversations = [user_turn(f"q{i}") for i in range(10)]
+    dying = Counting(fail_after=4)
+    with pytest.raises(KeyboardInterrupt):
+        CachedModel(dying, cache).chat(conversations, PARAMS)
+    assert dying.sent == ["q0", "q1", "q2", "q3"] and len(cache) == 4
+
+    resumed = Counting()
+    replies = CachedModel(resumed, cache).chat(conversations, PARAMS)
+    assert resumed.sent == [f"q{i}" for i in range(4, 10)]
+    assert replies == [f"counting:q{i}" for i in range(10)]
+
+
+def test_server_failure_halfway_keeps_received_replies(cache):
+    """The server's model breaks after 5 answers; once it is back, the rerun asks only for the other 7."""
+    state = {"answered": 0, "broken_after": 5}
+
+    def flaky(messages):
+        if state["answered"] >= state["broken_after"]:
+            raise RuntimeError("model crashed")
+        state["answered"] += 1
+        return f"ok {messages[-1]['content']}"
+
+    conversations = [user_turn(f"q{i}") for i in range(12)]
+    stub = StubServer(flaky)
+    with serve_stub(stub) as url:
+        model = CachedModel(load_model(f"openai:{url}", model_name="stub-model", max_retries=0), cache)
+        with pytest.raises(UserError, match="5 of 12 responses had arrived and were kept"):
+            model.chat(conversations, PARAMS)
+        assert len(cache) == 5
+
+        state["broken_after"] = 10**9  # the server is healthy again
+        before = stub.stats.status_counts[200]
+        replies = model.chat(conversations, PARAMS)
+        assert stub.stats.status_counts[200] - before == 7
+    assert replies == [f"ok q{i}" for i in range(12)]
+    assert sorted(stub.stats.prompts()) == sorted(f"q{i}" for i in range(12))  # each answered once
+
+
+def test_identical_conversations_are_sent_once(cache):
+    inner = Counting()
+    conversations = [user_turn("a"), user_turn("b"), user_turn("a"), user_turn("a")]
+    reported: list[int] = []
+    replies = CachedModel(inner, cache).chat(conversations, PARAMS, lambda i, _: reported.append(i))
+    assert inner.sent == ["a", "b"]
+    assert replies == ["counting:a", "counting:b", "counting:a", "counting:a"]
+    assert sorted(reported) == [0, 1, 2, 3]
+
+
+def test_key_separates_models_params_and_conversations(cache):
+    conversation = user_turn("same")
+    keys = {
+        cache_key("m1", PARAMS, conversation),
+        cache_key("m2", PARAMS, conversation),
+        cache_key("m1", GenerationParams(max_new_tokens=9), conversation),
+        cache_key("m1", GenerationParams(max_new_tokens=8, seed=1), conversation),
+        cache_key("m1", PARAMS, [{"role": "system", "content": "x"}, *conversation]),
+    }
+    assert len(keys) == 5
+    assert cache_key("m1", PARAMS, conversation) == cache_key(
+        "m1", GenerationParams(max_new_tokens=8), conversation
+    )
+
+    one, two = Counting("m1"), Counting("m2")
+    assert CachedModel(one, cache).chat([conversation], PARAMS) == ["m1:same"]
+    assert CachedModel(two, cache).chat([conversation], PARAMS) == ["m2:same"]
+    assert CachedModel(one, cache).chat([conversation], GenerationParams(max_new_tokens=3)) == ["m1:same"]
+    assert (len(one.sent), len(two.sent)) == (2, 1)
+    assert CachedModel(Counting("m1"), cache).chat([conversation], PARAMS) == ["m1:same"]
+
+
+def test_cache_file_is_wal_sqlite_with_timestamps(cache):
+    CachedModel(Counting(), cache).chat([user_turn("x")], PARAMS)
+    with sqlite3.connect(cache.path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        key, model_id, response, created_at = db.execute(
+            "SELECT key, model_id, response, created_at FROM responses"
+        ).fetchone()
+    assert len(key) == 64 and model_id == "counting" and response == "counting:x" and created_at > 0
+
+
+def test_default_path_follows_assay_home(assay_home):
+    with ResponseCache() as default:
+        assert default.path == assay_home / "cache" / "responses.sqlite"
+        assert default.path.exists()

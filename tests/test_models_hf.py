@@ -1,0 +1,144 @@
+"""hf backend: batched left-padded generation equals one-by-one, on a tiny Llama built here; SmolLM2 GGUF."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pathlib import Path
+
+import pytest
+
+from assay.models import GenerationParams, load_model, render_chat, user_turn
+
+WORDS = ["the", "cat", "dog", "sat", "ran", "on", "a", "mat", "log", "red", "blue", "big", "small"]
+WORDS += ["and", "then", "it", "was", "very", "happy", "sad"]
+
+
+def _build_tiny_llama(directory: Path, *, with_pad: bool = True) -> Path:
+    """A word-level tokenizer (no chat template) and a random-init 2-layer Llama, saved as an HF folder."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<eos>", "<pad>"] if with_pad else ["<unk>", "<eos>"]
+    vocab = {token: i for i, token in enumerate(specials + WORDS)}
+    word_level = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=word_level,
+        unk_token="<unk>",
+        eos_token="<eos>",
+        pad_token="<pad>" if with_pad else None,
+    )
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=vocab["<eos>"],
+        bos_token_id=None,
+        pad_token_id=vocab.get("<pad>"),
+    )
+    LlamaForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """One intra-op thread: these models are too small to gain from two, and torch's spinning OpenMP
+    threads make CPU generation many times slower when another process shares the 2 cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> Path:
+    return _build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+PROMPTS = [
+    "the cat",
+    "a big red dog ran on the mat and then it sat",
+    "blue",
+    "the small cat was very happy and the big dog was sad",
+    "it ran",
+]
+
+
+def test_batched_left_padded_greedy_equals_one_by_one(tiny_llama):
+    params = GenerationParams(max_new_tokens=8)
+    conversations = [user_turn(p) for p in PROMPTS]
+    batched = load_model(f"hf:{tiny_llama}", batch_size=8)
+    seen: dict[int, str] = {}
+    together = batched.chat(conversations, params, on_result=seen.__setitem__)
+    alone = load_model(f"hf:{tiny_llama}", batch_size=1).chat(conversations, params)
+    assert together == alone
+    assert seen == dict(enumerate(together))
+    assert all(text.strip() == text for text in together)
+    assert sum(bool(text) for text in together) >= 3  # a random model also emits specials, decoded away
+    assert set(" ".join(together).split()) <= set(WORDS)
+
+
+def test_pad_token_falls_back_to_eos_and_batches_of_three(tmp_path):
+    directory = _build_tiny_llama(tmp_path / "nopad", with_pad=False)
+    model = load_model(f"hf:{directory}", batch_size=3)
+    assert model.tokenizer.pad_token == "<eos>"
+    params = GenerationParams(max_new_tokens=5)
+    conversations = [user_turn(p) for p in PROMPTS]
+    assert model.chat(conversations, params) == [model.chat([c], params)[0] for c in conversations]
+
+
+def test_sampling_is_reproducible_with_a_seed(tiny_llama):
+    model = load_model(f"hf:{tiny_llama}")
+    params = GenerationParams(max_new_tokens=6, temperature=1.0, seed=7)
+    conversations = [user_turn(p) for p in PROMPTS[:3]]
+    assert model.chat(conversations, params) == model.chat(conversations, params)
+
+
+def test_render_chat_fallback_without_template(tiny_llama):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    assert render_chat(tokenizer, user_turn("the cat sat")) == "the cat sat"
+    conversation = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "and then"},
+    ]
+    assert render_chat(tokenizer, conversation) == "User: hi\nAssistant: hello\nUser: and then\nAssistant:"
+    assert render_chat(tokenizer, conversation, add_generation_prompt=False).endswith("User: and then")
+
+
+def test_model_id_changes_when_weights_change(tmp_path):
+    directory = _build_tiny_llama(tmp_path / "m")
+    first = load_model(f"hf:{directory}").model_id
+    weights = next(directory.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert load_model(f"hf:{directory}").model_id != first
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_answers(tmp_path):
+    from assay.models.hf import smollm2_gguf
+
+    model = load_model(f"hf:{smollm2_gguf()}", batch_size=2)
+    assert model.model_id.startswith("hf:") and ".gguf@" in model.model_id
+    prompt = render_chat(model.tokenizer, user_turn("What is the capital of France?"))
+    assert "<|im_start|>assistant" in prompt  # SmolLM2's chat template is used
+    replies = model.chat(
+        [user_turn("What is the capital of France? Answer in one word."), user_turn("Say hello.")],
+        GenerationParams(max_new_tokens=12),
+    )
+    assert "paris" in replies[0].lower()
+    assert replies[1] and "<|im_end|>" not in replies[1]
