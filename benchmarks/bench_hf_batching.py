@@ -55,13 +55,13 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    from assay.assets import asset_path
     from assay.models import GenerationParams, load_model, user_turn
-    from assay.models.hf import smollm2_gguf
 
     started = time.perf_counter()
-    model = load_model(f"hf:{smollm2_gguf()}", batch_size=1)
+    model = load_model(f"hf:{asset_path('smollm2')}", batch_size=1)
     print(
-        f"loaded {smollm2_gguf().name} in {time.perf_counter() - started:.1f} s; "
+        f"loaded {asset_path('smollm2').name} in {time.perf_counter() - started:.1f} s; "
         f"torch threads {torch.get_num_threads()}; "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; "
         f"load average {os.getloadavg()[0]:.2f}"

@@ -130,9 +130,9 @@ def test_model_id_changes_when_weights_change(tmp_path):
 
 @pytest.mark.slow
 def test_smollm2_gguf_answers(tmp_path):
-    from assay.models.hf import smollm2_gguf
+    from assay.assets import asset_path
 
-    model = load_model(f"hf:{smollm2_gguf()}", batch_size=2)
+    model = load_model(f"hf:{asset_path('smollm2')}", batch_size=2)
     assert model.model_id.startswith("hf:") and ".gguf@" in model.model_id
     prompt = render_chat(model.tokenizer, user_turn("What is the capital of France?"))
     assert "<|im_start|>assistant" in prompt  # SmolLM2's chat template is used

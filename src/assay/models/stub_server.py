@@ -61,8 +61,8 @@ class StubServer:
     """The ASGI app. ``responder`` maps a conversation to the reply text; an exception in it answers 500.
 
     ``fail_first`` requests to ``/chat/completions`` answer ``fail_status`` (429 or 5xx, say) before any
-    succeeds; ``retry_after`` (seconds), when set, is sent with each failure as ``retry-after-ms``, the
-    header the OpenAI client honours before its own exponential backoff.
+    succeeds; ``retry_after`` (seconds), when set, is sent with each 429/500 as ``retry-after-ms``, the
+    header the OpenAI client honours instead of its own exponential backoff (tests stay fast).
     """
 
     def __init__(
@@ -119,13 +119,13 @@ class StubServer:
         self.stats.chat_bodies.append(record)
         if self.latency:
             await asyncio.sleep(self.latency)
+        retry_headers = []
+        if self.retry_after is not None:
+            retry_headers.append((b"retry-after-ms", str(int(self.retry_after * 1000)).encode()))
         if number <= self.fail_first:
             record["_status"] = self.fail_status
-            headers = []
-            if self.retry_after is not None:
-                headers.append((b"retry-after-ms", str(int(self.retry_after * 1000)).encode()))
             kind = "rate_limit_error" if self.fail_status == 429 else "server_error"
-            return self.fail_status, _error_body(f"injected failure {number}", kind), headers
+            return self.fail_status, _error_body(f"injected failure {number}", kind), retry_headers
         if model not in self.models:
             record["_status"] = 404
             return 404, _error_body(f"model {model!r} not served; try {self.models}", "not_found_error"), []
@@ -133,9 +133,10 @@ class StubServer:
             text = self.responder(messages)
         except Exception as exc:  # the responder's failure becomes the server's 500, as a real server would
             record["_status"] = 500
-            return 500, _error_body(f"responder failed: {exc!r}", "server_error"), []
+            return 500, _error_body(f"responder failed: {exc!r}", "server_error"), retry_headers
         record["_status"] = 200
-        return 200, _completion_body(number, model, messages, text, request.get("max_tokens")), []
+        max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
+        return 200, _completion_body(number, model, messages, text, max_tokens), []
 
 
 def _last_user(messages: list[Message]) -> str:
