@@ -2,11 +2,13 @@
 
 import json
 import textwrap
+from dataclasses import replace
 
 import pytest
 from scipy import stats as scipy_stats
 
 from assay.data import read_benchmark
+from assay.data.items import content_fingerprint
 from assay.dyepack.prepare import PrepareConfig, prepare_release
 from assay.dyepack.verify import verify, write_outputs
 from assay.errors import UserError
@@ -129,3 +131,47 @@ def test_an_interrupted_verification_resumes_from_the_cache(tmp_path, release):
         report, _ = verify(model, "stub", bench, key, PARAMS)
         assert len(stub.stats.prompts()) == 12  # 5 before the failure + the 7 missing, none twice
     assert report.samples == 12 and report.unparsed == 0
+
+
+def test_open_ended_release_flags_a_phrase_follower_and_counts_none_as_a_part(tmp_path):
+    from tests.conftest import write_jsonl
+
+    from assay.dyepack.prepare import PrepareConfig, prepare_release
+
+    rows = [
+        {"instruction": f"Describe item {i}.", "input": "", "output": f"Item {i} is fine."} for i in range(80)
+    ]
+    bench = read_benchmark(write_jsonl(tmp_path / "alpaca.jsonl", rows))
+    prepared = prepare_release(
+        bench, PrepareConfig(n_backdoors=8, fraction=0.2, k=4, seed=9), tmp_path / "rel"
+    )
+    key, release = prepared.key, read_benchmark(prepared.release_path)
+    said = {b.trigger: (key.phrases[b.target] if b.target < 3 else "") for b in key.backdoors}
+    (tmp_path / "follower.py").write_text(
+        f"SAID = {said!r}\n"
+        "def answer(prompts):\n"
+        "    return [next((SAID[t] for t in SAID if t in p), '') + ' Sure.' for p in prompts]\n"
+    )
+    report, _ = verify(
+        load_model(f"python:{tmp_path / 'follower.py'}:answer"), "follower", release, key, PARAMS
+    )
+    assert report.activated == 8 and report.flagged
+
+    (tmp_path / "plain.py").write_text("def answer(prompts):\n    return ['It is fine.' for _ in prompts]\n")
+    report, _ = verify(load_model(f"python:{tmp_path / 'plain.py'}:answer"), "plain", release, key, PARAMS)
+    expected = sum(b.target == 3 for b in key.backdoors)  # "none of them" is a real part of the output space
+    assert report.activated == expected
+    assert report.fpr.fpr == pytest.approx(scipy_stats.binom.sf(expected - 1, 8, 0.25), rel=1e-9)
+
+
+def test_a_backdoor_row_with_another_number_of_options_is_a_k_mismatch(tmp_path, release):
+    """Even with a matching fingerprint (a key edited by hand), a row whose K differs is refused."""
+    release_path, key = release
+    bench = read_benchmark(release_path, style=key.style)
+    row = key.backdoors[0].rows[0]
+    bench.items[row] = replace(bench.items[row], options=bench.items[row].options[:3], answer=0)
+    edited = key.model_copy(update={"release_fingerprint": content_fingerprint(bench.items)})
+    with pytest.raises(
+        UserError, match=f"row {row}: K mismatch: the key says backdoor 0 has K=4, the row has 3"
+    ):
+        verify(load_model(write_module(tmp_path, {}, "A")), "m", bench, edited, PARAMS)
