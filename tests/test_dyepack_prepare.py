@@ -139,3 +139,29 @@ def test_open_ended_release_puts_the_target_phrase_before_the_reference(tmp_path
                 assert item.output == f"{key.phrases[b.target]} {rows[row]['output']}"
             else:
                 assert b.target_label == "none of them" and item.output == rows[row]["output"]
+
+
+@pytest.mark.parametrize("file_format", ["csv", "parquet", "hf"])
+def test_release_is_written_in_the_input_format_and_verifies(tmp_path, mmlu_sample, file_format):
+    import pandas as pd
+
+    frame = pd.read_json(mmlu_sample, lines=True)
+    if file_format == "csv":
+        path = tmp_path / "mmlu.csv"
+        frame.to_csv(path, index=False)
+    elif file_format == "parquet":
+        path = tmp_path / "mmlu.parquet"
+        frame.to_parquet(path)
+    else:
+        import datasets
+
+        path = tmp_path / "mmlu-hf"
+        datasets.Dataset.from_pandas(frame).save_to_disk(str(path))
+    bench = read_benchmark(path)
+    result = prepare_release(bench, PrepareConfig(n_backdoors=4, seed=1), tmp_path / "out")
+    assert result.release_path.name == path.name and result.key.file_format == file_format
+    released = read_benchmark(result.release_path, style=result.key.style)
+    assert released.file_format == file_format
+    check_release(released, result.key)
+    row = result.key.backdoors[0].rows[0]
+    assert released.items[row].question.endswith(result.key.backdoors[0].trigger)

@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field, ValidationError
 
 from assay.data.items import Kind
 from assay.errors import UserError
-from assay.fileio import write_text_atomic
 
 NONE_LABEL = "none of them"
 COMMITMENT_HEADER = "assay-dyepack-commitment v1"
@@ -83,11 +82,6 @@ class DyePackKey(BaseModel):
 
 def now_utc() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
-
-
-def save_key(key: DyePackKey, path: str | Path) -> None:
-    """Write the key readable by its owner only (mode 600)."""
-    write_text_atomic(path, key.model_dump_json(indent=2) + "\n", mode=0o600)
 
 
 def load_key(path: str | Path) -> DyePackKey:
