@@ -128,3 +128,37 @@ def test_prepare_verify_check_round_trip_on_the_command_line(tmp_path, mmlu_samp
         "dyepack", "verify", f"python:{module}:f", "--release", str(mmlu_sample), "--key", out["key"]
     )
     assert wrong.returncode == 2 and "key and release do not match" in wrong.stderr
+
+
+def test_a_corrupt_key_and_a_forged_commitment(tmp_path, mmlu_sample):
+    out = json.loads(
+        assay(
+            "dyepack", "prepare", str(mmlu_sample), "-b", "4", "--out", str(tmp_path / "rel"), "--json"
+        ).stdout
+    )
+    key = json.loads((tmp_path / "rel" / "key.json").read_text())
+    key["backdoors"][0]["k"] = 1
+    (tmp_path / "bad-key.json").write_text(json.dumps(key))
+    result = assay(
+        "dyepack",
+        "check-commitment",
+        "--key",
+        str(tmp_path / "bad-key.json"),
+        "--commitment",
+        out["commitment"],
+    )
+    assert result.returncode == 2
+    assert "bad-key.json" in result.stderr and "backdoors.0.k" in result.stderr and "1" in result.stderr
+
+    key["backdoors"][0]["k"] = 4
+    key["backdoors"][0]["target"] = (key["backdoors"][0]["target"] + 1) % 4
+    (tmp_path / "forged.json").write_text(json.dumps(key))
+    result = assay(
+        "dyepack",
+        "check-commitment",
+        "--key",
+        str(tmp_path / "forged.json"),
+        "--commitment",
+        out["commitment"],
+    )
+    assert result.returncode == 1 and "MISMATCH" in result.stdout

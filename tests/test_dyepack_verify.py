@@ -175,3 +175,44 @@ def test_a_backdoor_row_with_another_number_of_options_is_a_k_mismatch(tmp_path,
         UserError, match=f"row {row}: K mismatch: the key says backdoor 0 has K=4, the row has 3"
     ):
         verify(load_model(write_module(tmp_path, {}, "A")), "m", bench, edited, PARAMS)
+
+
+def test_a_clean_models_activation_count_is_binomial_b_one_over_k():
+    """The bound's premise, end to end through prepare's draws and verify's scoring: 3,000 releases
+    queried by a deterministic "clean" model that never saw a key (it answers len(question) mod 4, so
+    it reacts to the trigger text but not to the target); the activated counts fit Binomial(4, 1/4)."""
+    from collections import Counter
+
+    from assay.data.items import MultipleChoice
+    from assay.dyepack.key import DyePackKey, Randomness, now_utc
+    from assay.dyepack.prepare import make_rng, plan_multiple_choice
+    from assay.dyepack.verify import Query, score
+
+    items = [
+        MultipleChoice(f"Question number {i}?" + "x" * (i % 7), ("a", "b", "c", "d"), 0) for i in range(40)
+    ]
+    rng, counts = make_rng(2024), Counter()
+    for _ in range(3000):
+        plan = plan_multiple_choice(items, PrepareConfig(n_backdoors=4, fraction=0.3), rng)
+        key = DyePackKey(
+            created=now_utc(),
+            kind="multiple_choice",
+            style="mc",
+            file_format="jsonl",
+            release_file="r.jsonl",
+            release_fingerprint="sha256:x",
+            backdoors=plan.backdoors,
+            randomness=Randomness(source="seed", seed=2024),
+        )
+        queries = [Query(b.index, r, plan.items[r], "") for b in key.backdoors for r in b.rows]
+        parts = [len(q.item.question) % 4 for q in queries]
+        counts[score(key, queries, parts, alpha=0.001)["activated"]] += 1
+    expected = scipy_stats.binom.pmf(range(5), 4, 0.25) * 3000
+    observed = [counts[a] for a in range(5)]
+    merged_obs, merged_exp = (
+        [*observed[:3], observed[3] + observed[4]],
+        [*expected[:3], expected[3] + expected[4]],
+    )
+    assert scipy_stats.chisquare(merged_obs, merged_exp).pvalue > 0.001
+    flag_rate = sum(counts[a] for a in range(5) if scipy_stats.binom.sf(a - 1, 4, 0.25) <= 0.01) / 3000
+    assert flag_rate <= 0.01 + 3 * (0.01 / 3000) ** 0.5

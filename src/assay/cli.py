@@ -48,7 +48,8 @@ def root(
 def main() -> None:
     """Entry point: run the app, turning user errors into one line and exit code 2."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns an Exit's code instead of exiting with it.
+        code = app(standalone_mode=False)
     except UserError as err:
         Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -63,3 +64,4 @@ def main() -> None:
             err.show()
             sys.exit(2)
         raise
+    sys.exit(code if isinstance(code, int) else 0)

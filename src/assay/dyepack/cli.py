@@ -23,7 +23,7 @@ app = typer.Typer(
     "Example: assay dyepack prepare mmlu.jsonl --backdoors 6 --out release/",
     no_args_is_help=True,
 )
-console = Console()
+console = Console(soft_wrap=True)  # messages stay on one line when piped
 
 STYLE_HELP = "Row style: auto, mmlu, mc, bbh or alpaca."
 
