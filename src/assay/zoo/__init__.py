@@ -1,0 +1,1 @@
+"""Model zoo: TrojAI-style rounds of small clean and trojaned image classifiers."""
