@@ -18,6 +18,7 @@ from rich.console import Console
 from assay import __version__
 from assay.dyepack.cli import app as dyepack_app
 from assay.errors import UserError
+from assay.zoo.cli import app as zoo_app
 
 app = typer.Typer(
     name="assay",
@@ -28,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(dyepack_app, name="dyepack")
+app.add_typer(zoo_app, name="zoo")
 
 
 def _version(value: bool) -> None:
