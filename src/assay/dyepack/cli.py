@@ -10,13 +10,13 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from assay.dyepack.key import check_commitment, load_key
 from assay.dyepack.triggers import TARGET_PHRASE_POOL, TRIGGER_POOL, load_phrases
 from assay.dyepack.verify import DEFAULT_ALPHA, FalsePositiveRate, VerifyReport, false_positive_rate
 from assay.errors import UserError
+from assay.terminal import progress_bar
 
 app = typer.Typer(
     help="DyePack: flag test-set contamination with backdoors and an exact false-positive rate.\n\n"
@@ -26,17 +26,6 @@ app = typer.Typer(
 console = Console(soft_wrap=True)  # messages stay on one line when piped
 
 STYLE_HELP = "Row style: auto, mmlu, mc, bbh or alpaca."
-
-
-def progress_bar() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
 
 
 @app.command()

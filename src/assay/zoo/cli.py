@@ -10,9 +10,9 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from assay.errors import UserError
+from assay.terminal import progress_bar
 from assay.zoo.config import RoundConfig, load_round_config, validation_message
 from assay.zoo.round import BuildResult, generate_round
 
@@ -44,14 +44,7 @@ def generate(
             round_config = RoundConfig.model_validate({**round_config.model_dump(), **overrides})
         except ValidationError as exc:
             raise UserError(validation_message(exc, "options")) from exc
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
+    progress = progress_bar()
     with progress:
         task = progress.add_task("models", total=round_config.models)
 
