@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from assay.data.items import Kind
-from assay.errors import UserError
+from assay.errors import UserError, validation_error
 
 NONE_LABEL = "none of them"
 COMMITMENT_HEADER = "assay-dyepack-commitment v1"
@@ -92,11 +92,7 @@ def load_key(path: str | Path) -> DyePackKey:
     try:
         return DyePackKey.model_validate_json(path.read_text(encoding="utf-8"))
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        value = first.get("input")
-        shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
-        raise UserError(f"{path}: field '{where}' {first['msg'].lower()} (value: {shown[:80]})") from None
+        raise validation_error(err, path) from None
 
 
 def read_commitment(path: str | Path) -> dict[str, str]:

@@ -8,12 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from assay.errors import UserError
 from assay.terminal import progress_bar
-from assay.zoo.config import RoundConfig, load_round_config, validation_message
+from assay.zoo.config import RoundConfig, load_round_config, with_overrides
 from assay.zoo.round import BuildResult, generate_round
 
 app = typer.Typer(
@@ -37,13 +35,8 @@ def generate(
 
     Example: assay zoo generate --config examples/zoo-round.yaml --out round0/ --workers 2
     """
-    round_config = load_round_config(config) if config is not None else RoundConfig()
-    overrides = {k: v for k, v in {"models": models, "seed": seed}.items() if v is not None}
-    if overrides:
-        try:
-            round_config = RoundConfig.model_validate({**round_config.model_dump(), **overrides})
-        except ValidationError as exc:
-            raise UserError(validation_message(exc, "options")) from exc
+    base = load_round_config(config) if config is not None else RoundConfig()
+    round_config = with_overrides(base, models=models, seed=seed)
     progress = progress_bar()
     with progress:
         task = progress.add_task("models", total=round_config.models)

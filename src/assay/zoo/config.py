@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from assay.errors import UserError
+from assay.errors import UserError, validation_error
 from assay.zoo.architectures import ARCHITECTURES, WIDTH_RANGE
 from assay.zoo.datasets import DATASETS
 from assay.zoo.triggers import KINDS
@@ -100,15 +100,15 @@ class RoundConfig(BaseModel):
         return value
 
 
-def validation_message(err: ValidationError, where: str) -> str:
-    """One line for the first error of ``err``: ``where: field 'a.b' problem (value: ...)``."""
-    first = err.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    problem = first["msg"].removeprefix("Value error, ")
-    shown = repr(first.get("input"))
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return f"{where}: field '{field}' {problem} (value: {shown})"
+def with_overrides(config: RoundConfig, **overrides: object) -> RoundConfig:
+    """``config`` with the given fields replaced (None means keep), validated like a file would be."""
+    given = {name: value for name, value in overrides.items() if value is not None}
+    if not given:
+        return config
+    try:
+        return RoundConfig.model_validate({**config.model_dump(), **given})
+    except ValidationError as exc:
+        raise validation_error(exc, "options") from None
 
 
 def load_round_config(path: str | Path) -> RoundConfig:
@@ -132,4 +132,4 @@ def load_round_config(path: str | Path) -> RoundConfig:
     try:
         return RoundConfig.model_validate(raw)
     except ValidationError as exc:
-        raise UserError(validation_message(exc, str(path))) from exc
+        raise validation_error(exc, path) from exc
