@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from assay.errors import UserError, validation_error
 from assay.zoo.architectures import ARCHITECTURES, WIDTH_RANGE
@@ -46,6 +54,13 @@ class Range(BaseModel):
         return self
 
 
+_NAMED: dict[str, tuple[tuple[str, ...] | list[str], str]] = {
+    "datasets": (DATASETS, "data set"),
+    "architectures": (list(ARCHITECTURES), "architecture"),
+    "trigger_kinds": (KINDS, "trigger kind"),
+}
+
+
 def _known(values: list[str], known: tuple[str, ...] | list[str], what: str) -> list[str]:
     unknown = [v for v in values if v not in known]
     if unknown:
@@ -77,20 +92,11 @@ class RoundConfig(BaseModel):
     asr_floor: Share = 0.8
     max_attempts: int = Field(4, ge=1, le=100)
 
-    @field_validator("datasets")
+    @field_validator("datasets", "architectures", "trigger_kinds")
     @classmethod
-    def _datasets(cls, value: list[str]) -> list[str]:
-        return _known(value, DATASETS, "data set")
-
-    @field_validator("architectures")
-    @classmethod
-    def _architectures(cls, value: list[str]) -> list[str]:
-        return _known(value, list(ARCHITECTURES), "architecture")
-
-    @field_validator("trigger_kinds")
-    @classmethod
-    def _kinds(cls, value: list[str]) -> list[str]:
-        return _known(value, KINDS, "trigger kind")
+    def _names(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        known, what = _NAMED[info.field_name]
+        return _known(value, known, what)
 
     @field_validator("widths")
     @classmethod
