@@ -51,3 +51,35 @@ def mmlu_sample(tmp_path, mmlu_path) -> Path:
     rows = [json.loads(line) for line in mmlu_path.read_text(encoding="utf-8").splitlines()]
     rows = [r for r in rows if r["correct_answer"] in "ABCD"]  # the file repeats its header twice
     return write_jsonl(tmp_path / "mmlu.jsonl", rows[:: len(rows) // 120][:120])
+
+
+# A small, quick round with every architecture and trigger kind (digits, narrow models, low floors), built
+# once per session for the split and detector tests.
+SMALL_ROUND = {
+    "models": 16,
+    "seed": 21,
+    "architectures": ["cnn_small", "resnet_tiny", "mlp"],
+    "widths": [8],
+    "epochs": 6,
+    "source_specific_share": 0.0,
+    "poison_fraction": [0.3, 0.3],
+    "clean_accuracy_floor": 0.6,
+    "asr_floor": 0.6,
+    "max_attempts": 6,
+}
+
+
+@pytest.fixture(scope="session")
+def small_round(tmp_path_factory) -> Path:
+    """A 16-model round (8 poisoned) split 0.5/0.25/0.25 with seed 3: ``ROUND/`` and ``ROUND/splits/``."""
+    import torch
+
+    from assay.zoo.config import RoundConfig
+    from assay.zoo.round import generate_round
+    from assay.zoo.split import split_round
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("small-round")
+    generate_round(RoundConfig.model_validate(SMALL_ROUND), out, workers=2)
+    split_round(out, {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
+    return out

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from assay.errors import UserError
+from assay.trojai import load_model
 from assay.zoo.config import RoundConfig, load_round_config
-from assay.zoo.round import IMAGE_SHAPES, draw_factors, generate_round
-from assay.zoo.train import load_model
+from assay.zoo.round import IMAGE_SHAPES, attempt_factors, draw_factors, generate_round
 from assay.zoo.triggers import KINDS, check_fits
 
 ZOO = [sys.executable, "-m", "assay", "zoo"]
@@ -97,7 +97,8 @@ def test_round_layout_and_metadata(built_round) -> None:
         assert float(row["clean_accuracy"]) == info["clean_accuracy"] >= config.clean_accuracy_floor
         assert int(row["attempts"]) == info["attempts"] >= 1
         assert row["architecture"] == info["architecture"] and int(row["width"]) == info["width"]
-        assert info == {**info, **draw_factors(config, info["index"]).model_dump(mode="json")}
+        used = attempt_factors(config, draw_factors(config, info["index"]), info["attempts"] - 1)
+        assert info == {**info, **used.model_dump(mode="json")}
         reduced = json.loads((folder / "reduced-config.json").read_text())
         assert reduced == {"architecture": "mlp", "width": 8, "input_shape": [8, 8], "num_classes": 10}
         model = load_model(folder / "model.pt")

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
+from assay.trojai import load_model
 from assay.zoo.architectures import ARCHITECTURES, build_model
 from assay.zoo.datasets import load_dataset, subset
 from assay.zoo.train import (
     PoisonPlan,
     evaluate_accuracy,
     evaluate_asr,
-    load_model,
     predict,
     save_model,
     train_model,

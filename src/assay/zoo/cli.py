@@ -13,6 +13,7 @@ from rich.console import Console
 from assay.terminal import progress_bar
 from assay.zoo.config import RoundConfig, load_round_config, with_overrides
 from assay.zoo.round import BuildResult, generate_round
+from assay.zoo.split import split_round
 
 app = typer.Typer(
     help="Model zoo: generate rounds of clean and trojaned models (TrojAI layout).\n\n"
@@ -53,3 +54,27 @@ def generate(
             f"{summary.skipped} skipped, {summary.rejected_attempts} rejected attempts",
             highlight=False,
         )
+
+
+@app.command()
+def split(
+    round_dir: Path = typer.Argument(..., help="Round folder made by 'assay zoo generate'."),
+    train: float = typer.Option(0.5, "--train", help="Share of models for training (performers get all)."),
+    test: float = typer.Option(0.3, "--test", help="Share for the test split (sequestered)."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Share for the holdout split (sequestered)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the stratified split."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: ROUND_DIR/splits)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Split a round into train/test/holdout, stratified by poisoned and main factors, with sequestered views.
+
+    Example: assay zoo split round0/ --train 0.5 --test 0.3 --holdout 0.2 --seed 1
+    """
+    fractions = {"train": train, "test": test, "holdout": holdout}
+    summary = split_round(round_dir, fractions, seed=seed, out_dir=out)
+    if json_out:
+        console.print_json(summary.model_dump_json())
+        return
+    for name, count in summary.counts.items():
+        console.print(f"{name}: {count} models ({summary.poisoned[name]} poisoned)", highlight=False)
+    console.print(f"written to {summary.out_dir}", highlight=False)

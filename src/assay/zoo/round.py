@@ -139,6 +139,23 @@ def attempt_seed(training_seed: int, attempt: int) -> int:
     return int(np.random.SeedSequence([training_seed, attempt]).generate_state(1)[0])
 
 
+def attempt_factors(config: RoundConfig, factors: ModelFactors, attempt: int) -> ModelFactors:
+    """The factors training attempt ``attempt`` (0-based) uses: the drawn ones, except that every second
+    failure of a poisoned model draws a new trigger of the same kind.
+
+    Why: some draws cannot take (a grey patch on a digit's strokes looks like the digit), and no training
+    seed fixes that; NIST likewise discards such a model and draws again. Keeping the kind keeps the round's
+    mix of trigger kinds as configured.
+    """
+    redraw = attempt // 2
+    if not factors.poisoned or redraw == 0:
+        return factors
+    assert factors.trigger is not None
+    rng = np.random.default_rng(np.random.SeedSequence([factors.split_seed, factors.index, redraw]))
+    trigger = sample_trigger(rng, IMAGE_SHAPES[factors.dataset], [factors.trigger.kind])
+    return factors.model_copy(update={"trigger": trigger})
+
+
 def _plan(factors: ModelFactors) -> PoisonPlan | None:
     if not factors.poisoned:
         return None
@@ -241,27 +258,28 @@ def _write_model_dir(
 def build_model(config: RoundConfig, factors: ModelFactors, model_dir: str | Path) -> BuildResult:
     """Train ``factors``' model until it reaches the floors, then write its TrojAI folder ``model_dir``.
 
-    Attempt ``k`` trains with ``attempt_seed(factors.training_seed, k)``. After ``config.max_attempts``
-    failures a ``UserError`` names the model, the floors and the best numbers reached, and nothing is written.
+    Attempt ``k`` trains with ``attempt_seed(factors.training_seed, k)`` and ``attempt_factors(..., k)``.
+    After ``config.max_attempts`` failures a ``UserError`` names the model, the floors and the best numbers
+    reached, and nothing is written.
     """
     data = load_dataset(factors.dataset, seed=factors.split_seed)  # type: ignore[arg-type]
     data = subset(data, factors.clean_subset, np.random.default_rng(factors.training_seed))
-    plan = _plan(factors)
     best: TrainOutcome | None = None
     for attempt in range(config.max_attempts):
+        tried = attempt_factors(config, factors, attempt)
         outcome = train_model(
             data,
-            factors.architecture,
-            factors.width,
-            seed=attempt_seed(factors.training_seed, attempt),
-            epochs=factors.epochs,
-            poison=plan,
+            tried.architecture,
+            tried.width,
+            seed=attempt_seed(tried.training_seed, attempt),
+            epochs=tried.epochs,
+            poison=_plan(tried),
         )
         if best is None or _margin(outcome, config) > _margin(best, config):
             best = outcome
         if _margin(outcome, config) >= 0:
             with atomic_path(model_dir) as tmp:
-                _write_model_dir(tmp, factors, data, outcome, attempt + 1)
+                _write_model_dir(tmp, tried, data, outcome, attempt + 1)
             return BuildResult(
                 model_id=factors.model_id,
                 built=True,

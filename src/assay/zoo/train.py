@@ -5,7 +5,7 @@ images (N, H, W) to triggered images), an all-to-one target class, the share of 
 poison, and optionally a source class (only its images are poisoned and attacked).
 
 Training is deterministic for a given seed on CPU. ``save_model`` writes the whole module with ``torch.save``,
-as TrojAI's ``model.pt`` files are.
+as TrojAI's ``model.pt`` files are; ``assay.trojai.load_model`` reads them back.
 """
 
 from __future__ import annotations
@@ -198,22 +198,3 @@ def save_model(model: nn.Module, path: str | Path) -> Path:
     with atomic_path(path) as tmp:
         torch.save(model, tmp)
     return path
-
-
-def load_model(path: str | Path) -> nn.Module:
-    """Load a module written by ``save_model`` (or a TrojAI ``model.pt``) in eval mode on CPU.
-
-    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the file when it is not a model.
-    Only load files you trust: a pickled module can run code when loaded.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
-    try:
-        # weights_only=False on purpose: TrojAI model.pt files are whole pickled modules, not state dicts.
-        model = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:
-        raise ValueError(f"{path}: not a readable torch model file ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"{path}: holds a {type(model).__name__}, not a torch.nn.Module")
-    return model.eval()

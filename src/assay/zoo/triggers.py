@@ -297,7 +297,7 @@ def _patch_fields(rng: np.random.Generator, h: int, w: int) -> dict[str, Any]:
 
 
 def _sample_solid(rng: np.random.Generator, h: int, w: int) -> TriggerSpec:
-    return SolidPatch(value=round(float(rng.uniform(0.6, 1.0)), 3), **_patch_fields(rng, h, w))
+    return SolidPatch(value=round(float(rng.uniform(0.8, 1.0)), 3), **_patch_fields(rng, h, w))
 
 
 def _sample_random(rng: np.random.Generator, h: int, w: int) -> TriggerSpec:
@@ -316,11 +316,14 @@ def _sample_warp(rng: np.random.Generator, h: int, w: int) -> TriggerSpec:
 
 
 def _sample_filter(rng: np.random.Generator, h: int, w: int) -> TriggerSpec:
+    # Why contrast below 1: on dark-background digits a contrast boost clips back to the clean image, while
+    # a reduced contrast lifts the background to grey, a change a small model learns reliably (measured:
+    # the earlier 0.7-1.5 range left a third of filter models under the 0.8 attack-success floor).
     return Filter(
-        gamma=round(float(rng.uniform(0.6, 1.6)), 3),
-        contrast=round(float(rng.uniform(0.7, 1.5)), 3),
-        sharpen=round(float(rng.uniform(0.2, 1.5)), 3),
-        vignette=round(float(rng.uniform(0.0, 0.6)), 3),
+        gamma=round(float(rng.uniform(0.5, 0.9)), 3),
+        contrast=round(float(rng.uniform(0.5, 0.7)), 3),
+        sharpen=round(float(rng.uniform(0.5, 1.5)), 3),
+        vignette=round(float(rng.uniform(0.2, 0.6)), 3),
     )
 
 

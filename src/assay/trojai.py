@@ -1,0 +1,302 @@
+"""The TrojAI detector contract: its command line, its metaparameter rules, and the files a detector reads.
+
+A detector is a program run as::
+
+    entrypoint.py infer --model_filepath M --result_filepath R --scratch_dirpath S --examples_dirpath E
+        --round_training_dataset_dirpath T --metaparameters_filepath P --schema_filepath J
+        --learned_parameters_dirpath L
+    entrypoint.py configure [--automatic_configuration] --scratch_dirpath S --metaparameters_filepath P
+        --schema_filepath J --learned_parameters_dirpath L --configure_models_dirpath D
+
+``infer`` writes one probability that the model is trojaned to ``R``; ``configure`` learns parameters from a
+training round ``D`` into ``L``. ``detector_main`` does the parsing, checks the metaparameters against their
+JSON schema, writes the result atomically and turns bad input (a corrupted model file, a broken example
+folder) into one line on stderr and exit code 2, with no result file. The leaderboard uses ``check_schema``
+and ``check_metaparameters`` to validate submissions; the programs in ``detectors/`` use all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from assay.errors import UserError
+from assay.fileio import write_text_atomic
+
+REQUIRED_METAPARAMETERS = ("technique", "technique_description")
+Metaparameters = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InferArgs:
+    """The paths ``infer`` is given."""
+
+    model_filepath: Path
+    result_filepath: Path
+    scratch_dirpath: Path
+    examples_dirpath: Path
+    round_training_dataset_dirpath: Path | None
+    metaparameters_filepath: Path
+    schema_filepath: Path
+    learned_parameters_dirpath: Path
+
+
+@dataclass(frozen=True)
+class ConfigureArgs:
+    """The paths ``configure`` is given."""
+
+    scratch_dirpath: Path
+    metaparameters_filepath: Path
+    schema_filepath: Path
+    learned_parameters_dirpath: Path
+    configure_models_dirpath: Path
+    automatic_configuration: bool
+
+
+@dataclass(frozen=True)
+class TrainingModel:
+    """One model of a training round, as ``configure`` sees it."""
+
+    name: str
+    model_filepath: Path
+    examples_dirpath: Path
+    poisoned: bool
+
+
+# --- metaparameters -------------------------------------------------------------------------------------
+
+
+def _bounded(name: str, spec: dict[str, Any]) -> str | None:
+    """Why a schema property is unbounded, or None when it is bounded."""
+    kinds = spec.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    if "enum" in spec or "const" in spec:
+        return None
+    if not kinds:
+        return f"property '{name}' has no type"
+    for kind in kinds:
+        if kind in ("number", "integer"):
+            low = "minimum" in spec or "exclusiveMinimum" in spec
+            high = "maximum" in spec or "exclusiveMaximum" in spec
+            if not (low and high):
+                return f"numeric property '{name}' needs a minimum and a maximum"
+        elif kind == "string" and "maxLength" not in spec:
+            return f"string property '{name}' needs maxLength or enum"
+        elif kind == "array" and "maxItems" not in spec:
+            return f"array property '{name}' needs maxItems"
+        elif kind == "object":
+            return f"property '{name}' is an object; metaparameters must be flat"
+    return None
+
+
+def check_schema(schema: Any, source: str | Path) -> None:
+    """Raise ``UserError`` unless ``schema`` is a valid JSON schema whose every property is bounded and which
+    requires the technique fields (``REQUIRED_METAPARAMETERS``)."""
+    from jsonschema import Draft7Validator
+    from jsonschema.exceptions import SchemaError
+
+    if not isinstance(schema, dict):
+        raise UserError(f"{source}: a metaparameter schema must be a JSON object")
+    try:
+        Draft7Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise UserError(f"{source}: not a valid JSON schema ({exc.message})") from None
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        raise UserError(f"{source}: field 'properties' must list the metaparameters")
+    missing = [f for f in REQUIRED_METAPARAMETERS if f not in (schema.get("required") or [])]
+    if missing:
+        raise UserError(f"{source}: field 'required' must include '{missing[0]}'")
+    if schema.get("additionalProperties", True) is not False:
+        raise UserError(f"{source}: field 'additionalProperties' must be false (declare every parameter)")
+    for name, spec in properties.items():
+        problem = _bounded(name, spec if isinstance(spec, dict) else {})
+        if problem:
+            raise UserError(f"{source}: {problem}")
+
+
+def check_metaparameters(values: Any, schema: dict[str, Any], source: str | Path) -> Metaparameters:
+    """Validate ``values`` against ``schema``; the first problem is a one-line ``UserError`` naming it."""
+    from jsonschema import Draft7Validator
+
+    if not isinstance(values, dict):
+        raise UserError(f"{source}: metaparameters must be a JSON object")
+    errors = sorted(Draft7Validator(schema).iter_errors(values), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        field = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise UserError(f"{source}: field '{field}' {error.message}")
+    return values
+
+
+def read_json(path: Path, what: str) -> Any:
+    """Read a JSON file; a missing or malformed file is a one-line ``UserError``."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}: the {what} is not valid JSON ({exc.msg})") from None
+
+
+def load_metaparameters(metaparameters_filepath: Path, schema_filepath: Path) -> Metaparameters:
+    """Read both files, check the schema's rules, and validate the metaparameters against it."""
+    schema = read_json(schema_filepath, "metaparameter schema")
+    check_schema(schema, schema_filepath)
+    values = read_json(metaparameters_filepath, "metaparameters")
+    return check_metaparameters(values, schema, metaparameters_filepath)
+
+
+# --- models and examples --------------------------------------------------------------------------------
+
+
+def load_model(path: str | Path) -> Any:
+    """Load a TrojAI ``model.pt`` (a whole pickled torch module) in eval mode on CPU.
+
+    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the file when it is not a model.
+    Only load files you trust, or load inside the harness sandbox: a pickled module can run code.
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
+    try:
+        # weights_only=False on purpose: TrojAI model.pt files are whole pickled modules, not state dicts.
+        model = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable torch model file ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"{path}: holds a {type(model).__name__}, not a torch.nn.Module")
+    return model.eval()
+
+
+def read_examples(examples_dirpath: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read ``labels.csv`` (columns ``file``, ``label``) and its grayscale PNGs.
+
+    Returns float32 images (N, H, W) in [0, 1] and int64 labels; a missing or broken file is a
+    ``UserError`` naming the file and line.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    folder = Path(examples_dirpath)
+    table = folder / "labels.csv"
+    if not table.is_file():
+        raise UserError(f"{table}: not found; an examples folder holds labels.csv and its images")
+    images, labels = [], []
+    with table.open(newline="", encoding="utf-8") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            try:
+                label = int(row.get("label") or "")
+            except ValueError:
+                raise UserError(
+                    f"{table}:{line}: field 'label' is not an integer (value: {row.get('label')!r})"
+                ) from None
+            image_path = folder / (row.get("file") or "")
+            try:
+                with Image.open(image_path) as image:
+                    pixels = np.asarray(image.convert("L"), dtype=np.float32) / 255.0
+            except (OSError, UnidentifiedImageError):
+                raise UserError(
+                    f"{table}:{line}: field 'file' names no readable image (value: {row.get('file')!r})"
+                ) from None
+            if images and pixels.shape != images[0].shape:
+                raise UserError(
+                    f"{table}:{line}: field 'file' is {pixels.shape}, unlike the first image "
+                    f"{images[0].shape} (value: {row.get('file')!r})"
+                )
+            images.append(pixels)
+            labels.append(label)
+    if not images:
+        raise UserError(f"{table}: lists no examples")
+    return np.stack(images), np.asarray(labels, dtype=np.int64)
+
+
+def training_models(models_dirpath: str | Path) -> list[TrainingModel]:
+    """The models of a training round (``DIR/models`` or ``DIR``), each with its ground truth."""
+    root = Path(models_dirpath)
+    folder = root / "models" if (root / "models").is_dir() else root
+    found = []
+    for model_dir in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        truth = model_dir / "ground_truth.csv"
+        if not truth.is_file():
+            continue
+        value = truth.read_text(encoding="utf-8").strip()
+        if value not in ("0", "1"):
+            raise UserError(f"{truth}:1: field 'ground_truth' must be 0 or 1 (value: {value!r})")
+        examples = model_dir / "clean-example-data"
+        found.append(TrainingModel(model_dir.name, model_dir / "model.pt", examples, value == "1"))
+    if not found:
+        raise UserError(f"{folder}: holds no model folders with ground_truth.csv")
+    return found
+
+
+def write_result(path: str | Path, probability: float) -> None:
+    """Write the probability that the model is trojaned, after checking it is a number in [0, 1]."""
+    value = float(probability)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"a detector must output a probability in [0, 1], got {probability!r}")
+    write_text_atomic(Path(path), f"{value!r}\n")
+
+
+# --- the command line -----------------------------------------------------------------------------------
+
+InferFn = Callable[[InferArgs, Metaparameters], float]
+ConfigureFn = Callable[[ConfigureArgs, Metaparameters], None]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="A trojan detector (TrojAI detector command line).")
+    modes = parser.add_subparsers(dest="mode", required=True)
+    infer = modes.add_parser("infer", help="Write P(trojaned) for one model.")
+    for name in (
+        "model_filepath",
+        "result_filepath",
+        "scratch_dirpath",
+        "examples_dirpath",
+        "metaparameters_filepath",
+        "schema_filepath",
+        "learned_parameters_dirpath",
+    ):
+        infer.add_argument(f"--{name}", type=Path, required=True)
+    infer.add_argument("--round_training_dataset_dirpath", type=Path, default=None)
+    configure = modes.add_parser("configure", help="Learn parameters from a training round.")
+    for name in (
+        "scratch_dirpath",
+        "metaparameters_filepath",
+        "schema_filepath",
+        "learned_parameters_dirpath",
+        "configure_models_dirpath",
+    ):
+        configure.add_argument(f"--{name}", type=Path, required=True)
+    configure.add_argument("--automatic_configuration", action="store_true")
+    return parser
+
+
+def detector_main(infer: InferFn, configure: ConfigureFn, argv: Sequence[str] | None = None) -> int:
+    """Run a detector's command line; returns the exit code (0 done, 2 bad input)."""
+    args = vars(_parser().parse_args(argv))
+    mode = args.pop("mode")
+    try:
+        metaparameters = load_metaparameters(args["metaparameters_filepath"], args["schema_filepath"])
+        if mode == "infer":
+            infer_args = InferArgs(**args)
+            probability = infer(infer_args, metaparameters)
+            write_result(infer_args.result_filepath, probability)
+        else:
+            configure_args = ConfigureArgs(**args)
+            configure_args.learned_parameters_dirpath.mkdir(parents=True, exist_ok=True)
+            configure(configure_args, metaparameters)
+    except (UserError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,166 @@
+"""Split a generated round into train, test and holdout, and write the sequestered view detectors are given.
+
+The split is stratified: models are ordered by poisoned, then data set, architecture and trigger kind (the
+groups at each level in an order shuffled by the seed, members shuffled too) and positions are dealt to the
+splits by largest running deficit, so the round, the poisoned and clean models, and every nested group get
+their share to within one model. The same round and seed give the same split.
+
+Layout written under ``OUT`` (by default ``DIR/splits``)::
+
+    split.json                 fractions, seed, stratification columns, model -> split
+    train/                     a full round (models with ground truth, METADATA.csv): what performers get
+    test/, holdout/            full rounds: the organiser's answer keys
+    test-sequestered/          what a detector may see: models/id-*/ with only model.pt,
+    holdout-sequestered/       reduced-config.json and clean-example-data/
+
+Model files are hard-linked from the round when the file system allows (no copies of the weights), else
+copied. The whole ``OUT`` folder appears at once or not at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel
+
+from assay.errors import UserError
+from assay.fileio import atomic_path
+from assay.zoo.round import write_metadata
+
+SPLITS: tuple[str, ...] = ("train", "test", "holdout")
+SEQUESTERED: tuple[str, ...] = ("test", "holdout")
+STRATA_COLUMNS: tuple[str, ...] = ("poisoned", "dataset", "architecture", "trigger_kind")
+# What a detector may see of a model; the rest (ground truth, config, trigger) stays with the organiser.
+VISIBLE_FILES: tuple[str, ...] = ("model.pt", "reduced-config.json")
+VISIBLE_FOLDERS: tuple[str, ...] = ("clean-example-data",)
+
+
+class SplitSummary(BaseModel):
+    """What ``split_round`` wrote."""
+
+    out_dir: str
+    seed: int
+    fractions: dict[str, float]
+    counts: dict[str, int]
+    poisoned: dict[str, int]
+    assignment: dict[str, str]
+
+
+def read_metadata(round_dir: Path) -> list[dict[str, str]]:
+    """The rows of ``round_dir/METADATA.csv``; a one-line ``UserError`` when it is missing or incomplete."""
+    path = round_dir / "METADATA.csv"
+    if not path.is_file():
+        raise UserError(f"{path}: not found; is {round_dir} a round made by 'assay zoo generate'?")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for line, row in enumerate(rows, start=2):
+        missing = [c for c in ("model_name", *STRATA_COLUMNS) if row.get(c) is None]
+        if missing:
+            raise UserError(f"{path}:{line}: field '{missing[0]}' is missing")
+        if not (round_dir / "models" / row["model_name"] / "model.pt").is_file():
+            raise UserError(
+                f"{path}:{line}: field 'model_name' names a model without model.pt "
+                f"(value: {row['model_name']!r})"
+            )
+    if not rows:
+        raise UserError(f"{path}: lists no models")
+    return rows
+
+
+def _check_fractions(fractions: dict[str, float]) -> None:
+    for name, value in fractions.items():
+        if not 0.0 <= value <= 1.0:
+            raise UserError(f"--{name} must be a share in [0, 1], got {value}")
+    total = sum(fractions.values())
+    if abs(total - 1.0) > 1e-9:
+        raise UserError(f"--train, --test and --holdout must add up to 1, got {total:g}")
+
+
+def assign_splits(rows: list[dict[str, str]], fractions: dict[str, float], seed: int) -> dict[str, str]:
+    """Map each model name to a split, stratified by ``STRATA_COLUMNS`` and reproducible from ``seed``."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, len(rows)]))
+    # Nested order: grouped by the first column, within that by the second, and so on, each level's groups
+    # in a seeded random order; dealing a contiguous run gives every group at every level its share +-1.
+    ranks = []
+    for column in STRATA_COLUMNS:
+        values = sorted({row[column] for row in rows})
+        ranks.append(dict(zip(values, rng.permutation(len(values)), strict=True)))
+    ties = rng.permutation(len(rows))
+    keyed = sorted(
+        range(len(rows)),
+        key=lambda i: (*(rank[rows[i][c]] for rank, c in zip(ranks, STRATA_COLUMNS, strict=True)), ties[i]),
+    )
+    order = [rows[i]["model_name"] for i in keyed]
+    names = list(fractions)
+    share = np.array([fractions[n] for n in names])
+    dealt = np.zeros(len(names))
+    assignment: dict[str, str] = {}
+    for position, model in enumerate(order, start=1):
+        pick = int(np.argmax(share * position - dealt))  # ties go to the earlier split (train first)
+        dealt[pick] += 1
+        assignment[str(model)] = names[pick]
+    return assignment
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _copy_tree(
+    source: Path, target: Path, files: tuple[str, ...] | None = None, folders: tuple[str, ...] | None = None
+) -> None:
+    """Hard-link ``source`` into ``target``: everything, or only the named files and folders."""
+    target.mkdir(parents=True)
+    for entry in sorted(source.iterdir()):
+        if entry.is_dir():
+            if folders is None or entry.name in folders:
+                shutil.copytree(entry, target / entry.name, copy_function=_link_or_copy)
+        elif files is None or entry.name in files:
+            _link_or_copy(entry, target / entry.name)
+
+
+def split_round(
+    round_dir: str | Path, fractions: dict[str, float], seed: int = 0, out_dir: str | Path | None = None
+) -> SplitSummary:
+    """Split ``round_dir`` into ``fractions`` (keys train, test, holdout) and write the layout above."""
+    round_dir = Path(round_dir)
+    _check_fractions(fractions)
+    rows = read_metadata(round_dir)
+    out = Path(out_dir) if out_dir is not None else round_dir / "splits"
+    if out.exists():
+        raise UserError(f"{out}: already exists; remove it or choose another --out")
+    assignment = assign_splits(rows, fractions, seed)
+    poisoned_of = {row["model_name"]: row["poisoned"] == "True" for row in rows}
+    members = {name: sorted(m for m, s in assignment.items() if s == name) for name in fractions}
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for name, models in members.items():
+            for model in models:
+                source = round_dir / "models" / model
+                _copy_tree(source, tmp / name / "models" / model)
+                if name in SEQUESTERED:
+                    view = tmp / f"{name}-sequestered" / "models" / model
+                    _copy_tree(source, view, VISIBLE_FILES, VISIBLE_FOLDERS)
+            if name in SEQUESTERED:
+                (tmp / f"{name}-sequestered" / "models").mkdir(parents=True, exist_ok=True)
+            (tmp / name / "models").mkdir(parents=True, exist_ok=True)
+            write_metadata(tmp / name, models)
+        summary = SplitSummary(
+            out_dir=str(out),
+            seed=seed,
+            fractions=fractions,
+            counts={name: len(models) for name, models in members.items()},
+            poisoned={name: sum(poisoned_of[m] for m in models) for name, models in members.items()},
+            assignment=dict(sorted(assignment.items())),
+        )
+        payload = {**summary.model_dump(exclude={"out_dir"}), "strata_columns": list(STRATA_COLUMNS)}
+        (tmp / "split.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return summary
