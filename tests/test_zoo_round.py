@@ -242,3 +242,19 @@ def test_png_examples_decode_back_to_the_image():
     image = np.random.default_rng(0).random((8, 8)).astype(np.float32)
     decoded = np.asarray(Image.open(io.BytesIO(png_bytes(image))), dtype=np.float32) / 255
     assert decoded.shape == (8, 8) and np.abs(decoded - image).max() <= 0.5 / 255 + 1e-6
+
+
+def test_attempt_factors_redraw_the_trigger_every_second_attempt() -> None:
+    config = RoundConfig(models=10, seed=4, poisoned_share=0.5)
+    factors = [draw_factors(config, i) for i in range(10)]
+    poisoned = next(f for f in factors if f.poisoned)
+    clean = next(f for f in factors if not f.poisoned)
+    tries = [attempt_factors(config, poisoned, k) for k in range(6)]
+    assert tries[0] == tries[1] == poisoned
+    assert tries[2] == tries[3] != poisoned and tries[4] == tries[5] != tries[2]
+    for tried in tries:
+        assert tried.trigger is not None and tried.trigger.kind == poisoned.trigger.kind
+        check_fits(tried.trigger, IMAGE_SHAPES[tried.dataset])
+        assert tried.model_dump(exclude={"trigger"}) == poisoned.model_dump(exclude={"trigger"})
+    assert attempt_factors(config, poisoned, 4) == tries[4]  # deterministic
+    assert all(attempt_factors(config, clean, k) == clean for k in range(6))

@@ -13,6 +13,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ASSAY_")
 
     home: Path = Path.home() / ".assay"
+    db_url: str | None = None
+
+    @property
+    def database_url(self) -> str:
+        """``ASSAY_DB_URL`` (e.g. ``postgresql+psycopg://...``), else a SQLite file under ``ASSAY_HOME``."""
+        return self.db_url or f"sqlite:///{self.home / 'assay.db'}"
 
     @property
     def cache_path(self) -> Path:

@@ -1,0 +1,18 @@
+"""assay.store: the SQLAlchemy tables and the one engine and session factory (SQLite, or PostgreSQL)."""
+
+from assay.store.engine import make_engine, open_store, upgrade
+from assay.store.models import Base, Job, MetricResult, ModelResult, Round, Split, Submission, Team
+
+__all__ = [
+    "Base",
+    "Job",
+    "MetricResult",
+    "ModelResult",
+    "Round",
+    "Split",
+    "Submission",
+    "Team",
+    "make_engine",
+    "open_store",
+    "upgrade",
+]

@@ -1,0 +1,64 @@
+"""One engine and session factory for the whole package, with the schema brought up to date by Alembic.
+
+SQLite (a file under ``ASSAY_HOME``) by default: foreign keys on, WAL journal so readers do not block the
+writer, and a busy timeout so two workers wait for each other instead of failing. PostgreSQL by
+``ASSAY_DB_URL``. ``open_store`` runs the migrations on every open, which is a no-op when up to date.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from assay.config import settings
+from assay.errors import UserError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine for ``url`` (default: ``ASSAY_DB_URL`` or the SQLite file under ``ASSAY_HOME``)."""
+    url = url or settings().database_url
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(connection, _record) -> None:  # type: ignore[no-untyped-def]
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    return engine
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def open_store(url: str | None = None) -> sessionmaker[Session]:
+    """Engine + migrations + a session factory; a database that cannot be opened is a one-line error."""
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+    except Exception as exc:  # an unreachable server, a file that is not a database, a read-only folder
+        shown = make_url(url or settings().database_url).render_as_string(hide_password=True)
+        reason = getattr(exc, "orig", None) or exc  # the driver's message, without SQLAlchemy's help link
+        raise UserError(f"{shown}: cannot open the database ({str(reason).splitlines()[0]})") from exc
+    return sessionmaker(engine, expire_on_commit=False)

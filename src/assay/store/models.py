@@ -1,0 +1,155 @@
+"""The database tables (SQLAlchemy 2.0 declarative), one class per table.
+
+Leaderboard: a ``Round`` has ``Split``s (train, test, holdout, smoke), each a folder of sequestered models and
+a folder with their ground truth; ``Team``s make ``Submission``s (a detector artifact and its sha256) to a
+round's split; each accepted submission gets one ``Job`` that a worker claims, runs model by model
+(``ModelResult``) and scores (``MetricResult``). Times are UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now; every timestamp in the store is UTC."""
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    """Base of every table; Alembic compares migrations against its metadata."""
+
+
+ROUND_STATUSES = ("draft", "open", "closed", "archived")
+SPLIT_NAMES = ("train", "test", "holdout", "smoke")
+SUBMISSION_STATUSES = ("rejected", "duplicate", "queued", "running", "done", "failed")
+JOB_STATUSES = ("queued", "running", "done", "failed", "timed-out")
+
+
+class Round(Base):
+    __tablename__ = "rounds"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    dataset: Mapped[str] = mapped_column(Text)  # the folder written by `assay zoo split`
+    status: Mapped[str] = mapped_column(String(20), default="draft")
+    metric: Mapped[str] = mapped_column(String(40), default="cross_entropy")
+    submission_window_s: Mapped[int] = mapped_column(Integer, default=86_400)
+    per_model_timeout_s: Mapped[float] = mapped_column(Float, default=600.0)
+    total_timeout_s: Mapped[float] = mapped_column(Float, default=86_400.0)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger, default=4 * 2**30)
+    plateau_delta: Mapped[float] = mapped_column(Float, default=0.01)
+    plateau_days: Mapped[float] = mapped_column(Float, default=14.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    opened_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    splits: Mapped[list[Split]] = relationship(back_populates="round", cascade="all, delete-orphan")
+
+
+class Split(Base):
+    __tablename__ = "splits"
+    __table_args__ = (UniqueConstraint("round_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id"))
+    name: Mapped[str] = mapped_column(String(20))
+    models_path: Mapped[str] = mapped_column(Text)  # what a detector sees: models/id-*/ (sequestered)
+    truth_path: Mapped[str] = mapped_column(Text)  # ground truth and METADATA.csv: never shown to detectors
+    show_logs: Mapped[bool] = mapped_column(Boolean, default=False)  # detector output shown to the team
+    model_names: Mapped[str] = mapped_column(Text, default="")  # comma-separated subset; "" = every model
+
+    round: Mapped[Round] = relationship(back_populates="splits")
+
+
+class Team(Base):
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    contact: Mapped[str] = mapped_column(String(200), default="")
+    kind: Mapped[str] = mapped_column(String(40), default="performer")
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Submission(Base):
+    __tablename__ = "submissions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    split_id: Mapped[int] = mapped_column(ForeignKey("splits.id"))
+    artifact_path: Mapped[str] = mapped_column(Text)
+    artifact_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    technique: Mapped[str] = mapped_column(String(200), default="")
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    status: Mapped[str] = mapped_column(String(20))
+    validation_errors: Mapped[str] = mapped_column(Text, default="")
+    duplicate_of_id: Mapped[int | None] = mapped_column(ForeignKey("submissions.id"))
+
+    team: Mapped[Team] = relationship()
+    split: Mapped[Split] = relationship()
+    job: Mapped[Job | None] = relationship(back_populates="submission")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id"), unique=True)
+    status: Mapped[str] = mapped_column(String(20), default="queued", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    log: Mapped[str] = mapped_column(Text, default="")  # the harness's own notes (isolation, limits, errors)
+
+    submission: Mapped[Submission] = relationship(back_populates="job")
+    results: Mapped[list[ModelResult]] = relationship(back_populates="job", cascade="all, delete-orphan")
+    metrics: Mapped[list[MetricResult]] = relationship(back_populates="job", cascade="all, delete-orphan")
+
+
+class ModelResult(Base):
+    __tablename__ = "model_results"
+    __table_args__ = (UniqueConstraint("job_id", "model_name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    model_name: Mapped[str] = mapped_column(String(100))
+    raw_output: Mapped[str | None] = mapped_column(Text)
+    value: Mapped[float] = mapped_column(Float)  # the probability scored (0.5 when the output was unusable)
+    flags: Mapped[str] = mapped_column(String(200), default="")  # NIST's, e.g. ":Result Parse:"
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    wall_seconds: Mapped[float] = mapped_column(Float)
+    stdout: Mapped[str] = mapped_column(Text, default="")
+    stderr: Mapped[str] = mapped_column(Text, default="")
+
+    job: Mapped[Job] = relationship(back_populates="results")
+
+
+class MetricResult(Base):
+    __tablename__ = "metric_results"
+    __table_args__ = (UniqueConstraint("job_id", "name", "group_column", "group_value"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    name: Mapped[str] = mapped_column(String(40))
+    group_column: Mapped[str] = mapped_column(String(100), default="")  # "" = the whole split
+    group_value: Mapped[str] = mapped_column(String(200), default="")
+    value: Mapped[float | None] = mapped_column(Float)  # None for NaN (an AUC with one class)
+
+    job: Mapped[Job] = relationship(back_populates="metrics")

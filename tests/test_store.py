@@ -1,0 +1,47 @@
+"""assay.store: migrations create the schema the models declare, on a real SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, select
+
+from assay.errors import UserError
+from assay.store import Base, Round, Split, Team, make_engine, open_store
+
+
+def test_migrations_match_the_models(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    open_store(url)
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == []
+    assert set(inspect(engine).get_table_names()) >= {"rounds", "splits", "teams", "submissions", "jobs"}
+
+
+def test_default_url_under_assay_home_and_reopen_keeps_data(assay_home: Path) -> None:
+    sessions = open_store()
+    assert (assay_home / "assay.db").is_file()
+    with sessions.begin() as session:
+        session.add(
+            Round(name="r1", dataset="/data/r1", splits=[Split(name="test", models_path="m", truth_path="t")])
+        )
+        session.add(Team(name="alpha"))
+    with open_store().begin() as session:  # migrations again: a no-op
+        assert session.scalars(select(Round.name)).all() == ["r1"]
+        assert session.scalars(select(Split.name)).all() == ["test"]
+
+
+def test_foreign_keys_enforced_and_bad_database_is_one_line(tmp_path: Path) -> None:
+    sessions = open_store(f"sqlite:///{tmp_path / 'b.db'}")
+    with pytest.raises(Exception, match="FOREIGN KEY"), sessions.begin() as session:
+        session.add(Split(round_id=99, name="test", models_path="m", truth_path="t"))
+    bad = tmp_path / "not-a-db.db"
+    bad.write_bytes(b"this is not a database file at all" * 100)
+    with pytest.raises(UserError) as info:
+        open_store(f"sqlite:///{bad}")
+    assert "cannot open the database" in str(info.value) and "\n" not in str(info.value)
