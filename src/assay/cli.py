@@ -18,6 +18,7 @@ from rich.console import Console
 from assay import __version__
 from assay.dyepack.cli import app as dyepack_app
 from assay.errors import UserError
+from assay.leaderboard.cli import app as leaderboard_app
 from assay.zoo.cli import app as zoo_app
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app = typer.Typer(
 )
 app.add_typer(dyepack_app, name="dyepack")
 app.add_typer(zoo_app, name="zoo")
+app.add_typer(leaderboard_app, name="leaderboard")
 
 
 def _version(value: bool) -> None:

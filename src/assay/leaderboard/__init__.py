@@ -1,0 +1,1 @@
+"""Leaderboard: TrojAI-style rounds of trojan detection, and the scoring of detectors' predictions."""

@@ -1,0 +1,377 @@
+"""``assay leaderboard``: run a TrojAI-style detection leaderboard, and score predictions as NIST does.
+
+Parses options, calls the pillar (rounds, submissions, worker, publish, scoring), renders with rich.
+No computation lives here. The database is ``--db`` / ``ASSAY_DB_URL``, else SQLite under ``ASSAY_HOME``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import func, select
+
+from assay.config import settings
+from assay.fileio import atomic_path
+from assay.leaderboard import publish, rounds, submissions
+from assay.leaderboard.scoring import Metrics, ScoreReport, score_files
+from assay.leaderboard.worker import work as work_loop
+from assay.runner import make_executor
+from assay.store import Job, Round, Team, open_store
+
+app = typer.Typer(
+    help="Leaderboard: rounds of trojan detection, sandboxed detector runs, NIST-exact scores.\n\n"
+    "Example: assay leaderboard round create r1 --dataset round0/splits && assay leaderboard round open r1",
+    no_args_is_help=True,
+)
+round_app = typer.Typer(help="Create, open, close and list rounds.", no_args_is_help=True)
+team_app = typer.Typer(help="Add and list teams.", no_args_is_help=True)
+app.add_typer(round_app, name="round")
+app.add_typer(team_app, name="team")
+console = Console(soft_wrap=True)
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("n", "n"),
+    ("positives", "troj"),
+    ("cross_entropy", "CE"),
+    ("ce_ci_95", "CE ±95%"),
+    ("brier", "Brier"),
+    ("roc_auc", "AUC"),
+    ("tpr_at_5_fpr", "TPR@5%"),
+    ("ece", "ECE"),
+)
+
+
+def _cell(value: float | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "—" if math.isnan(value) else f"{value:.4f}"
+
+
+def _table(title: str, first: str, rows: dict[str, Metrics]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column(first)
+    for _, header in COLUMNS:
+        table.add_column(header, justify="right")
+    for label, metrics in rows.items():
+        table.add_row(label or "(empty)", *(_cell(metrics[key]) for key, _ in COLUMNS))
+    return table
+
+
+def _render(report: ScoreReport) -> None:
+    console.print(f"{report.predicted} of {report.models} models predicted", highlight=False)
+    if report.missing:
+        console.print(
+            f"[yellow]{report.flags}[/] {len(report.missing)} model(s) scored as 0.5, first "
+            f"{report.missing[0]}",
+            highlight=False,
+        )
+    console.print(_table("overall", "", {"all": report.overall}))
+    for factor, groups in report.groups.items():
+        console.print(_table(f"by {factor}", factor, groups))
+
+
+@app.command()
+def score(
+    predictions: Path = typer.Option(..., "--predictions", "-p", help="CSV: model_name,prediction."),
+    truth: Path = typer.Option(
+        ..., "--truth", "-t", help="CSV model_name,ground_truth, or a round folder with models/*/."
+    ),
+    metadata: Path | None = typer.Option(
+        None, "--metadata", "-m", help="METADATA.csv for per-factor scores (default: TRUTH/METADATA.csv)."
+    ),
+    group_by: list[str] | None = typer.Option(
+        None, "--group-by", "-g", help="METADATA column to group by; repeat for more (default: factors)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (NaN as null)."),
+) -> None:
+    """Score P(trojaned) per model: cross entropy (CE) with CIs, Brier, ROC-AUC, TPR at 5% FPR, ECE.
+
+    Models without a prediction score as 0.5 and are flagged ':Missing Results:', as on NIST's leaderboard.
+
+    Example: assay leaderboard score --predictions preds.csv --truth round0/splits/test -g dataset
+    """
+    report = score_files(predictions, truth, metadata, group_by or None)
+    if json_out:
+        console.print_json(report.model_dump_json())
+    else:
+        _render(report)
+
+
+@app.callback()
+def _database(
+    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or SQLite)."),
+) -> None:
+    """Leaderboard commands share one database."""
+    if db:
+        os.environ["ASSAY_DB_URL"] = db
+
+
+def _sessions():  # type: ignore[no-untyped-def]
+    return open_store()
+
+
+@app.command()
+def init() -> None:
+    """Create or upgrade the database schema.
+
+    Example: assay leaderboard --db sqlite:///lb.db init
+    """
+    _sessions()
+    console.print(f"database ready: {settings().database_url}", highlight=False)
+
+
+@round_app.command("create")
+def round_create(
+    name: str = typer.Argument(..., help="Round name."),
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="Folder written by 'assay zoo split'."),
+    window_hours: float = typer.Option(
+        24.0, "--window-hours", min=0, help="Test submissions: one per window."
+    ),
+    per_model_timeout: float = typer.Option(600.0, "--per-model-timeout", min=1, help="Seconds per model."),
+    total_timeout: float = typer.Option(86_400.0, "--total-timeout", min=1, help="Seconds per job."),
+    memory_gb: float = typer.Option(4.0, "--memory-gb", min=0.1, help="Memory limit per model run."),
+) -> None:
+    """Register a draft round over a split round folder.
+
+    Example: assay leaderboard round create r1 --dataset round0/splits --window-hours 24
+    """
+    with _sessions().begin() as session:
+        created = rounds.create_round(
+            session,
+            name,
+            dataset,
+            submission_window_s=round(window_hours * 3600),
+            per_model_timeout_s=per_model_timeout,
+            total_timeout_s=total_timeout,
+            memory_bytes=round(memory_gb * 2**30),
+        )
+        splits = ", ".join(f"{s.name} ({len(rounds.split_models(s))})" for s in created.splits)
+    console.print(f"round {name} created (draft); splits: {splits}", highlight=False)
+
+
+@round_app.command("open")
+def round_open(name: str = typer.Argument(..., help="Round name.")) -> None:
+    """Open a round for submissions.  Example: assay leaderboard round open r1"""
+    with _sessions().begin() as session:
+        rounds.set_status(session, name, "open")
+    console.print(f"round {name} is open", highlight=False)
+
+
+@round_app.command("close")
+def round_close(name: str = typer.Argument(..., help="Round name.")) -> None:
+    """Close a round and queue each team's best test submission on holdout (run them with 'worker').
+
+    Example: assay leaderboard round close r1 && assay leaderboard worker --once
+    """
+    with _sessions().begin() as session:
+        queued = submissions.close_round(session, name)
+        teams = ", ".join(s.team.name for s in queued) or "none"
+    console.print(f"round {name} closed; holdout runs queued for: {teams}", highlight=False)
+
+
+@round_app.command("list")
+def round_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List rounds with status and split sizes.  Example: assay leaderboard round list --json"""
+    with _sessions()() as session:
+        found = session.scalars(select(Round).order_by(Round.id)).all()
+        rows = [
+            {
+                "name": r.name,
+                "status": r.status,
+                "dataset": r.dataset,
+                "metric": r.metric,
+                "splits": {s.name: len(rounds.split_models(s)) for s in r.splits},
+            }
+            for r in found
+        ]
+    if json_out:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table("round", "status", "splits", "dataset")
+    for r in rows:
+        table.add_row(
+            r["name"], r["status"], " ".join(f"{k}:{v}" for k, v in r["splits"].items()), r["dataset"]
+        )
+    console.print(table)
+
+
+@team_app.command("add")
+def team_add(
+    name: str = typer.Argument(..., help="Team name."),
+    contact: str = typer.Option("", "--contact", help="Contact e-mail."),
+    kind: str = typer.Option("performer", "--kind", help="performer, baseline or organiser."),
+) -> None:
+    """Add a team.  Example: assay leaderboard team add alpha --contact alpha@example.org"""
+    with _sessions().begin() as session:
+        rounds.add_team(session, name, contact, kind)
+    console.print(f"team {name} added", highlight=False)
+
+
+@team_app.command("list")
+def team_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List teams.  Example: assay leaderboard team list"""
+    with _sessions()() as session:
+        rows = [
+            {"name": t.name, "contact": t.contact, "kind": t.kind, "disabled": t.disabled}
+            for t in session.scalars(select(Team).order_by(Team.id))
+        ]
+    if json_out:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table("team", "kind", "contact", "disabled")
+    for r in rows:
+        table.add_row(r["name"], r["kind"], r["contact"], str(r["disabled"]))
+    console.print(table)
+
+
+@app.command()
+def submit(
+    artifact: Path = typer.Argument(..., help="Detector folder or .tar.gz/.zip archive."),
+    team: str = typer.Option(..., "--team", help="Team name."),
+    round_name: str = typer.Option(..., "--round", help="Round name."),
+    split: str = typer.Option("test", "--split", help="train, smoke or test."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Submit a detector; it is validated now and run by a worker.
+
+    Example: assay leaderboard submit detectors/neural_cleanse --team alpha --round r1 --split test
+    """
+    with _sessions().begin() as session:
+        made = submissions.submit(session, settings().home / "artifacts", team, round_name, split, artifact)
+        record = {
+            "submission": made.id,
+            "status": made.status,
+            "sha256": made.artifact_sha256,
+            "errors": made.validation_errors.splitlines(),
+            "duplicate_of": made.duplicate_of_id,
+        }
+    if json_out:
+        console.print_json(json.dumps(record))
+    elif record["status"] == "rejected":
+        console.print(f"submission {record['submission']} rejected:", highlight=False)
+        for line in record["errors"]:
+            console.print(f"  {line}", highlight=False, markup=False)
+    else:
+        console.print(f"submission {record['submission']}: {record['status']}", highlight=False)
+    if record["status"] == "rejected":
+        raise typer.Exit(2)
+
+
+@app.command()
+def worker(
+    once: bool = typer.Option(False, "--once", help="Stop when the queue is empty."),
+    workers: int = typer.Option(1, "--workers", "-w", min=1, help="Models run at once."),
+    executor: str = typer.Option("local", "--executor", help="local or ray."),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
+) -> None:
+    """Claim and run queued jobs (each model in its own sandbox), then score them.
+
+    Example: assay leaderboard worker --once --workers 2
+    """
+    runner = make_executor(executor, workers, address)
+
+    def on_job(job_id: int, status: str) -> None:
+        console.print(f"job {job_id}: {status}", highlight=False)
+
+    count = work_loop(_sessions(), runner, once=once, on_job=on_job)
+    console.print(f"{count} job(s) run", highlight=False)
+
+
+@app.command()
+def status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Queue depth, jobs by status and each running job's worker and last heartbeat.
+
+    Example: assay leaderboard status --json
+    """
+    with _sessions()() as session:
+        counts = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+        running = [
+            {
+                "job": j.id,
+                "worker": j.worker,
+                "heartbeat": j.heartbeat_at.isoformat() if j.heartbeat_at else None,
+                "models_done": len(j.results),
+            }
+            for j in session.scalars(select(Job).where(Job.status == "running"))
+        ]
+    record = {"jobs": counts, "running": running}
+    if json_out:
+        console.print_json(json.dumps(record))
+        return
+    console.print(
+        "jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"), highlight=False
+    )
+    for r in running:
+        console.print(
+            f"  job {r['job']} on {r['worker']}: {r['models_done']} models, heartbeat {r['heartbeat']}",
+            highlight=False,
+        )
+
+
+@app.command()
+def show(
+    round_name: str = typer.Argument(..., help="Round name."),
+    split: str = typer.Option("test", "--split", help="test, holdout, train or smoke."),
+    all_submissions: bool = typer.Option(False, "--all", help="Every submission, not only each team's best."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Standings of a round's split (holdout once the round is closed).
+
+    Example: assay leaderboard show r1 --split test --all
+    """
+    with _sessions()() as session:
+        rows = publish.standings(session, round_name, split, best_per_team=not all_submissions)
+        trend = publish.progress(session, round_name)
+    if json_out:
+        console.print(publish.to_json(rows), highlight=False, markup=False)
+        return
+    table = Table(
+        "#", "team", "technique", "CE", "±95%", "AUC", "Brier", "flagged", title=f"{round_name}: {split}"
+    )
+    for r in rows:
+        m = r.metrics
+        table.add_row(
+            str(r.rank),
+            r.team,
+            r.technique,
+            *(
+                _cell(m.get(k) if m.get(k) is not None else math.nan)
+                for k in ("cross_entropy", "ce_ci_95", "roc_auc", "brier")
+            ),
+            str(r.flagged_models),
+        )
+    console.print(table)
+    if trend.overall:
+        state = "plateau reached" if trend.plateaued else "still improving"
+        console.print(f"best {trend.metric} so far {trend.overall[-1][1]:.4f} ({state})", highlight=False)
+
+
+@app.command()
+def export(
+    round_name: str = typer.Argument(..., help="Round name."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for standings CSV/JSON and index.html."),
+) -> None:
+    """Write standings (CSV, JSON; best per team and all) and a static HTML page with ROC plots.
+
+    Example: assay leaderboard export r1 --out site/
+    """
+    with _sessions()() as session:
+        files: dict[str, str] = {}
+        splits = ("test", "holdout")
+        for split in splits:
+            for best, suffix in ((True, "best"), (False, "all")):
+                rows = publish.standings(session, round_name, split, best_per_team=best)
+                files[f"{split}-{suffix}.csv"] = publish.to_csv(rows)
+                files[f"{split}-{suffix}.json"] = publish.to_json(rows)
+        files["index.html"] = publish.to_html(session, round_name)
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+    console.print(f"wrote {len(files)} files to {out}", highlight=False)

@@ -1,0 +1,184 @@
+"""Run one job: a submitted detector on every model of a split, each in its own sandbox, then score it.
+
+Per model the runner stages only that model's ``model.pt``, ``reduced-config.json`` and clean examples, plus
+the detector itself; the round folder (all ground truth), the store and ``ASSAY_HOME`` are hidden. Models run
+in an order shuffled by the job id. Each result is committed as it arrives, so a job interrupted at any
+moment resumes with the models still missing. Output that is missing, unparseable, NaN or outside [0, 1]
+scores as 0.5 and carries NIST's flag.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from assay.config import settings
+from assay.leaderboard.rounds import split_models
+from assay.leaderboard.scoring import read_metadata, read_truth, score
+from assay.runner import Executor, Limits, Task, TaskResult
+from assay.store.models import Job, MetricResult, ModelResult, utcnow
+
+PARSE_FLAG = ":Result Parse:"
+MISSING_FLAG = ":Missing Results:"
+TIMEOUT_FLAG = ":Timeout:"
+DEFAULT_VALUE = 0.5
+LOG_LIMIT = 64 * 1024
+
+
+def parse_result(result: TaskResult) -> tuple[float, str, str | None]:
+    """The value scored, NIST's flag ("" when fine), and the raw output text."""
+    if result.timed_out:
+        return DEFAULT_VALUE, TIMEOUT_FLAG, None
+    raw = result.outputs.get("result.txt")
+    if raw is None:
+        return DEFAULT_VALUE, MISSING_FLAG, None
+    text = raw.decode("utf-8", errors="replace").strip()[:200]
+    try:
+        value = float(text)
+    except ValueError:
+        return DEFAULT_VALUE, PARSE_FLAG, text
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        return DEFAULT_VALUE, PARSE_FLAG, text
+    return value, "", text
+
+
+def detector_task(artifact: Path, model_dir: Path, limits: Limits, hide: list[Path]) -> Task:
+    """The sandboxed TrojAI ``infer`` call for one model."""
+    argv = [
+        sys.executable,
+        "{input}/detector/entrypoint.py",
+        "infer",
+        *("--model_filepath", "{input}/model.pt", "--result_filepath", "{output}/result.txt"),
+        *("--scratch_dirpath", "{scratch}", "--examples_dirpath", "{input}/clean-example-data"),
+        # Detectors learn from the training round in configure mode, run by the team; none is given here.
+        *("--round_training_dataset_dirpath", "{scratch}"),
+        *("--metaparameters_filepath", "{input}/detector/metaparameters.json"),
+        *("--schema_filepath", "{input}/detector/metaparameters_schema.json"),
+        *("--learned_parameters_dirpath", "{input}/detector/learned_parameters"),
+    ]
+    stage = {
+        "detector": artifact,
+        "model.pt": model_dir / "model.pt",
+        "reduced-config.json": model_dir / "reduced-config.json",
+        "clean-example-data": model_dir / "clean-example-data",
+    }
+    env = {"ASSAY_MODEL_NAME": model_dir.name}  # TrojAI paths name the model; staged paths do not
+    return Task(key=model_dir.name, argv=argv, stage=stage, limits=limits, env=env, hide=hide)
+
+
+def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
+    with sessions() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise ValueError(f"no job {job_id}")
+        split = job.submission.split
+        round_ = split.round
+        return {
+            "artifact": Path(job.submission.artifact_path),
+            "models_path": Path(split.models_path),
+            "truth_path": Path(split.truth_path),
+            "models": split_models(split),
+            "done": {r.model_name for r in job.results},
+            "dataset": Path(round_.dataset),
+            "limits": Limits(wall_seconds=round_.per_model_timeout_s, memory_bytes=round_.memory_bytes),
+            "total_timeout_s": round_.total_timeout_s,
+        }
+
+
+def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) -> None:
+    value, flag, raw = parse_result(result)
+    with sessions.begin() as session:
+        session.add(
+            ModelResult(
+                job_id=job_id,
+                model_name=result.key,
+                raw_output=raw,
+                value=value,
+                flags=flag,
+                exit_code=result.exit_code,
+                wall_seconds=result.wall_seconds,
+                stdout=result.stdout[-LOG_LIMIT:],
+                stderr=result.stderr[-LOG_LIMIT:],
+            )
+        )
+        job = session.get(Job, job_id)
+        assert job is not None
+        job.heartbeat_at = utcnow()
+
+
+def _note(sessions: sessionmaker[Session], job_id: int, line: str) -> None:
+    with sessions.begin() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        if line not in job.log.splitlines():
+            job.log = f"{job.log}{line}\n"
+
+
+def run_models(
+    sessions: sessionmaker[Session],
+    job_id: int,
+    executor: Executor,
+    chunk: int = 4,
+    on_model: Callable[[str], None] | None = None,
+) -> bool:
+    """Run the detector on every model the job has no result for; False when the total time ran out."""
+    context = _job_context(sessions, job_id)
+    todo = [m for m in context["models"] if m not in context["done"]]
+    random.Random(job_id).shuffle(todo)
+    hide = [context["dataset"], settings().home]
+    tasks = [
+        detector_task(context["artifact"], context["models_path"] / m, context["limits"], hide) for m in todo
+    ]
+    start = time.monotonic()
+    for i in range(0, len(tasks), chunk):
+        if time.monotonic() - start > context["total_timeout_s"]:
+            _note(sessions, job_id, f"total time limit of {context['total_timeout_s']:g} s reached")
+            return False
+
+        def done(result: TaskResult) -> None:
+            _note(sessions, job_id, f"isolation: {result.isolation}")
+            _record(sessions, job_id, result)
+            if on_model is not None:
+                on_model(result.key)
+
+        executor.map(tasks[i : i + chunk], done)
+    return True
+
+
+def score_job(sessions: sessionmaker[Session], job_id: int) -> None:
+    """Compute the job's metrics (overall and per METADATA factor) from its model results and store them."""
+    context = _job_context(sessions, job_id)
+    with sessions.begin() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        predictions = {r.model_name: r.value for r in job.results}
+        models = set(context["models"])
+        truth = {m: t for m, t in read_truth(context["truth_path"]).items() if m in models}
+        metadata_path = context["truth_path"] / "METADATA.csv"
+        metadata = read_metadata(metadata_path) if metadata_path.is_file() else None
+        if metadata is not None:
+            metadata = {m: row for m, row in metadata.items() if m in models}
+        report = score(predictions, truth, metadata)
+        job.metrics.clear()
+        session.flush()
+        for name, value in report.overall.items():
+            job.metrics.append(MetricResult(name=name, value=_finite(value)))
+        for column, groups in report.groups.items():
+            for group, metrics in groups.items():
+                for name, value in metrics.items():
+                    job.metrics.append(
+                        MetricResult(name=name, group_column=column, group_value=group, value=_finite(value))
+                    )
+        if all(r.flags for r in job.results):
+            job.log += ":No Results:\n"
+
+
+def _finite(value: float | int) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None

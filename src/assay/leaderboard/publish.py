@@ -1,0 +1,209 @@
+"""Standings, progress over time, and the exports: CSV, JSON and a self-contained static HTML page.
+
+A row is one finished job (a submission run on a split). Standings rank by the round's metric (lower cross
+entropy is better; ties broken by earlier submission); "best per team" keeps each team's best row. Holdout
+standings exist only once the round is closed. The plateau indicator follows NIST's "average CE over time"
+summary: the round has plateaued when the best score improved by less than ``plateau_delta`` over the last
+``plateau_days``.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from datetime import datetime, timedelta
+
+import numpy as np
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from assay.leaderboard.rounds import get_round, get_split
+from assay.stats.detection import roc_curve
+from assay.store.models import Job, Round, Submission
+
+HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
+LOWER_IS_BETTER = {"cross_entropy": True, "brier": True, "ece": True, "roc_auc": False, "tpr_at_5_fpr": False}
+
+
+class Standing(BaseModel):
+    """One scored submission on one split."""
+
+    rank: int = 0
+    team: str
+    submission_id: int
+    technique: str
+    submitted_at: datetime
+    status: str
+    metrics: dict[str, float | None]
+    flagged_models: int
+
+
+def _metric_key(metric: str):  # type: ignore[no-untyped-def]
+    sign = 1.0 if LOWER_IS_BETTER.get(metric, True) else -1.0
+
+    def key(row: Standing) -> tuple[float, datetime]:
+        value = row.metrics.get(metric)
+        return (sign * value if value is not None else float("inf"), row.submitted_at)
+
+    return key
+
+
+def standings(
+    session: Session, round_name: str, split_name: str, best_per_team: bool = True
+) -> list[Standing]:
+    """Ranked rows of finished jobs on the split; holdout only once the round has closed."""
+    round_ = get_round(session, round_name)
+    split = get_split(round_, split_name)
+    if split_name == "holdout" and round_.status not in ("closed", "archived"):
+        return []
+    jobs = session.scalars(
+        select(Job)
+        .join(Submission)
+        .where(Submission.split_id == split.id, Job.status.in_(("done", "timed-out")))
+    ).all()
+    rows = [
+        Standing(
+            team=job.submission.team.name,
+            submission_id=job.submission.id,
+            technique=job.submission.technique,
+            submitted_at=job.submission.submitted_at,
+            status=job.status,
+            metrics={m.name: m.value for m in job.metrics if not m.group_column},
+            flagged_models=sum(bool(r.flags) for r in job.results),
+        )
+        for job in jobs
+    ]
+    rows.sort(key=_metric_key(round_.metric))
+    if best_per_team:
+        seen: set[str] = set()
+        rows = [r for r in rows if not (r.team in seen or seen.add(r.team))]  # type: ignore[func-returns-value]
+    for rank, row in enumerate(rows, start=1):
+        row.rank = rank
+    return rows
+
+
+class Progress(BaseModel):
+    """The best score over time, overall and per team, and whether it has plateaued."""
+
+    metric: str
+    overall: list[tuple[datetime, float]]
+    teams: dict[str, list[tuple[datetime, float]]]
+    plateaued: bool
+    improvement_in_window: float | None
+
+
+def progress(session: Session, round_name: str, now: datetime | None = None) -> Progress:
+    """Running best of the round's metric on the test split, as NIST's summary plots it."""
+    round_ = get_round(session, round_name)
+    rows = sorted(standings(session, round_name, "test", best_per_team=False), key=lambda r: r.submitted_at)
+    lower = LOWER_IS_BETTER.get(round_.metric, True)
+    better = min if lower else max
+    overall: list[tuple[datetime, float]] = []
+    teams: dict[str, list[tuple[datetime, float]]] = {}
+    for row in rows:
+        value = row.metrics.get(round_.metric)
+        if value is None:
+            continue
+        for series in (overall, teams.setdefault(row.team, [])):
+            series.append((row.submitted_at, better(value, series[-1][1]) if series else value))
+    return Progress(
+        metric=round_.metric, overall=overall, teams=teams, **_plateau(round_, overall, lower, now)
+    )
+
+
+def _plateau(round_: Round, overall: list[tuple[datetime, float]], lower: bool, now: datetime | None) -> dict:
+    if not overall:
+        return {"plateaued": False, "improvement_in_window": None}
+    now = now or overall[-1][0]
+    start = now - timedelta(days=round_.plateau_days)
+    if overall[0][0].replace(tzinfo=None) > start.replace(tzinfo=None):
+        return {"plateaued": False, "improvement_in_window": None}  # the round is younger than the window
+    before = [v for t, v in overall if t.replace(tzinfo=None) <= start.replace(tzinfo=None)][-1]
+    best = overall[-1][1]
+    gain = (before - best) if lower else (best - before)
+    return {"plateaued": gain < round_.plateau_delta, "improvement_in_window": gain}
+
+
+def roc_points(session: Session, submission_id: int) -> tuple[list[float], list[float]] | None:
+    """The ROC curve of a submission's finished job (None when one class is absent)."""
+    submission = session.get(Submission, submission_id)
+    if submission is None or submission.job is None:
+        return None
+    from assay.leaderboard.scoring import read_truth
+
+    truth = read_truth(submission.split.truth_path)
+    results = [r for r in submission.job.results if r.model_name in truth]
+    y = np.array([truth[r.model_name] for r in results])
+    if len(set(y.tolist())) < 2:
+        return None
+    fpr, tpr, _ = roc_curve(y, np.array([r.value for r in results]))
+    return fpr.tolist(), tpr.tolist()
+
+
+def to_csv(rows: list[Standing]) -> str:
+    """Standings as CSV, one column per headline metric."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["rank", "team", "submission_id", "technique", "submitted_at", "status", *HEADLINE])
+    for r in rows:
+        values = [r.metrics.get(m) for m in HEADLINE]
+        writer.writerow(
+            [r.rank, r.team, r.submission_id, r.technique, r.submitted_at.isoformat(), r.status, *values]
+        )
+    return out.getvalue()
+
+
+def to_json(rows: list[Standing]) -> str:
+    """Standings as a JSON array."""
+    return json.dumps([r.model_dump(mode="json") for r in rows], indent=2) + "\n"
+
+
+def _svg_roc(points: tuple[list[float], list[float]] | None, size: int = 160) -> str:
+    if points is None:
+        return "<em>no ROC (one class)</em>"
+    fpr, tpr = points
+    path = " ".join(f"{x * size:.1f},{(1 - y) * size:.1f}" for x, y in zip(fpr, tpr, strict=True))
+    return (
+        f'<svg width="{size}" height="{size}" viewBox="0 0 {size} {size}" role="img" aria-label="ROC curve">'
+        f'<rect width="{size}" height="{size}" fill="#fff" stroke="#999"/>'
+        f'<line x1="0" y1="{size}" x2="{size}" y2="0" stroke="#ccc" stroke-dasharray="4"/>'
+        f'<polyline points="{path}" fill="none" stroke="#1f5fa8" stroke-width="2"/></svg>'
+    )
+
+
+def _table(title: str, rows: list[Standing], rocs: dict[int, str]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", "team", "technique", *HEADLINE, "ROC"))
+    body = []
+    for r in rows:
+        cells = [str(r.rank), html.escape(r.team), html.escape(r.technique)]
+        cells += ["" if r.metrics.get(m) is None else f"{r.metrics[m]:.4f}" for m in HEADLINE]
+        cells.append(rocs.get(r.submission_id, ""))
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    empty = '<tr><td colspan="10"><em>no results yet</em></td></tr>'
+    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(body) or empty}</table>"
+
+
+def to_html(session: Session, round_name: str) -> str:
+    """A self-contained page (inline CSS and SVG, no scripts) with the round's test and holdout standings."""
+    round_ = get_round(session, round_name)
+    sections = []
+    for split in ("test", "holdout"):
+        rows = standings(session, round_name, split)
+        rocs = {r.submission_id: _svg_roc(roc_points(session, r.submission_id)) for r in rows}
+        sections.append(_table(f"{split} split: best per team", rows, rocs))
+    trend = progress(session, round_name)
+    plateau = "plateau reached" if trend.plateaued else "still improving"
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}"
+    )
+    title = html.escape(f"assay leaderboard: {round_.name}")
+    return (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
+        f"<style>{style}</style></head><body><h1>{title}</h1>"
+        f"<p>Status: {html.escape(round_.status)}. Ranked by {html.escape(round_.metric)} (lower is better); "
+        f"{len(trend.overall)} scored test submissions; {plateau}.</p>{''.join(sections)}</body></html>\n"
+    )

@@ -1,0 +1,131 @@
+"""Rounds, their splits, and teams: what an organiser sets up before performers submit.
+
+A round is made from the folder ``assay zoo split`` writes: ``train/`` (full models, shown to performers),
+``test/`` and ``holdout/`` (ground truth and METADATA.csv, organiser only) with their ``*-sequestered/``
+views (what detectors see). The smoke split is the first few training models, for a quick check that a
+detector runs before it spends a test-split submission. Lifecycle: draft -> open -> closed -> archived;
+several rounds may be open at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from assay.errors import UserError
+from assay.store.models import Round, Split, Team, utcnow
+
+# Which splits show detector output (stdout/stderr) to the team: only those whose ground truth they have.
+SHOW_LOGS = {"train": True, "smoke": True, "test": False, "holdout": False}
+SMOKE_MODELS = 4
+TRANSITIONS = {"draft": ("open",), "open": ("closed",), "closed": ("archived",), "archived": ()}
+
+
+def get_round(session: Session, name: str) -> Round:
+    """The round called ``name``, or a ``UserError`` listing the rounds there are."""
+    found = session.scalar(select(Round).where(Round.name == name))
+    if found is None:
+        names = ", ".join(session.scalars(select(Round.name).order_by(Round.id))) or "none yet"
+        raise UserError(f"no round named {name!r} (rounds: {names})")
+    return found
+
+
+def get_split(round_: Round, name: str) -> Split:
+    """The round's split ``name``; a ``UserError`` names the splits it has."""
+    for split in round_.splits:
+        if split.name == name:
+            return split
+    raise UserError(
+        f"round {round_.name!r} has no split {name!r} (splits: {', '.join(s.name for s in round_.splits)})"
+    )
+
+
+def get_team(session: Session, name: str) -> Team:
+    """The team called ``name``, or a ``UserError``."""
+    found = session.scalar(select(Team).where(Team.name == name))
+    if found is None:
+        raise UserError(f"no team named {name!r}; add it with 'assay leaderboard team add {name}'")
+    return found
+
+
+def _model_names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if (p / "model.pt").is_file()) if folder.is_dir() else []
+
+
+def _splits_of(dataset: Path) -> list[Split]:
+    """The splits found in an ``assay zoo split`` folder, with their sequestered views."""
+    if not (dataset / "split.json").is_file():
+        raise UserError(f"{dataset}: no split.json; make the round with 'assay zoo split ROUND_DIR'")
+    splits = []
+    for name in ("train", "test", "holdout"):
+        truth = dataset / name
+        view = dataset / f"{name}-sequestered" if name != "train" else truth
+        if not _model_names(view / "models"):
+            raise UserError(f"{view / 'models'}: holds no models for the {name} split")
+        splits.append(
+            Split(
+                name=name, models_path=str(view / "models"), truth_path=str(truth), show_logs=SHOW_LOGS[name]
+            )
+        )
+    smoke = _model_names(dataset / "train" / "models")[:SMOKE_MODELS]
+    splits.append(
+        Split(
+            name="smoke",
+            models_path=str(dataset / "train" / "models"),
+            truth_path=str(dataset / "train"),
+            show_logs=True,
+            model_names=",".join(smoke),
+        )
+    )
+    return splits
+
+
+def create_round(session: Session, name: str, dataset: str | Path, **settings: object) -> Round:
+    """Register a draft round over ``dataset`` (an ``assay zoo split`` folder); ``settings``: its limits."""
+    if session.scalar(select(Round.id).where(Round.name == name)) is not None:
+        raise UserError(f"a round named {name!r} already exists")
+    dataset = Path(dataset).resolve()
+    unknown = [key for key in settings if key not in Round.__table__.columns]
+    if unknown:
+        raise UserError(f"unknown round setting {unknown[0]!r}")
+    round_ = Round(name=name, dataset=str(dataset), status="draft", splits=_splits_of(dataset), **settings)
+    session.add(round_)
+    session.flush()
+    return round_
+
+
+def set_status(session: Session, name: str, status: str) -> Round:
+    """Move a round along draft -> open -> closed -> archived (closing is ``close_round``'s job)."""
+    round_ = get_round(session, name)
+    if status not in TRANSITIONS[round_.status]:
+        allowed = ", ".join(TRANSITIONS[round_.status]) or "nothing"
+        raise UserError(f"round {name!r} is {round_.status}; it can move to {allowed}, not {status}")
+    round_.status = status
+    if status == "open":
+        round_.opened_at = utcnow()
+    elif status == "closed":
+        round_.closed_at = utcnow()
+    return round_
+
+
+def split_models(split: Split) -> list[str]:
+    """The model names a job on ``split`` runs."""
+    every = _model_names(Path(split.models_path))
+    if not split.model_names:
+        return every
+    chosen = split.model_names.split(",")
+    return [name for name in every if name in chosen]
+
+
+def add_team(session: Session, name: str, contact: str = "", kind: str = "performer") -> Team:
+    """Register a team; names are unique."""
+    if not name.strip() or len(name) > 100:
+        raise UserError(f"a team name must be 1-100 characters, got {name!r}")
+    if session.scalar(select(Team.id).where(Team.name == name)) is not None:
+        raise UserError(f"a team named {name!r} already exists")
+    team = Team(name=name, contact=contact, kind=kind)
+    session.add(team)
+    session.flush()
+    return team

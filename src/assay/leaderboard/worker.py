@@ -1,0 +1,162 @@
+"""The worker: claim a queued job atomically, keep a heartbeat, run it, score it; survive being killed.
+
+Claiming is one conditional ``UPDATE ... WHERE id = (first claimable) AND still claimable RETURNING id``,
+so two workers (threads, processes or machines on one PostgreSQL) never run the same job. A job whose
+worker stopped sending heartbeats for ``stale_after_s`` is claimable again; since model results are
+committed one by one, the new worker runs only the models still missing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from assay.leaderboard.harness import run_models, score_job
+from assay.runner import Executor
+from assay.store.models import Job, Submission, utcnow
+
+HEARTBEAT_S = 5.0
+STALE_AFTER_S = 60.0
+
+
+def worker_name() -> str:
+    """host:pid, recorded on each job a worker claims."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _claimable(stale_after_s: float):  # type: ignore[no-untyped-def]
+    stale = utcnow() - timedelta(seconds=stale_after_s)
+    return or_(Job.status == "queued", and_(Job.status == "running", Job.heartbeat_at < stale))
+
+
+def claim_job(
+    sessions: sessionmaker[Session], worker: str, stale_after_s: float = STALE_AFTER_S
+) -> int | None:
+    """Claim the oldest claimable job for ``worker``; None when there is none."""
+    for _ in range(10):
+        try:
+            with sessions.begin() as session:
+                first = (
+                    select(Job.id)
+                    .where(_claimable(stale_after_s))
+                    .order_by(Job.id)
+                    .limit(1)
+                    .scalar_subquery()
+                )
+                now = utcnow()
+                claimed = session.scalar(
+                    update(Job)
+                    .where(Job.id == first, _claimable(stale_after_s))
+                    .values(
+                        status="running",
+                        worker=worker,
+                        claimed_at=now,
+                        heartbeat_at=now,
+                        attempts=Job.attempts + 1,
+                    )
+                    .returning(Job.id)
+                )
+                if claimed is not None:
+                    session.execute(
+                        update(Submission)
+                        .where(
+                            Submission.id
+                            == select(Job.submission_id).where(Job.id == claimed).scalar_subquery()
+                        )
+                        .values(status="running")
+                    )
+                return claimed
+        except OperationalError:  # SQLite: another writer held the lock past the busy timeout; try again
+            time.sleep(0.2)
+    return None
+
+
+class Heartbeat:
+    """Touch the job's heartbeat every ``every`` seconds from a daemon thread while the job runs."""
+
+    def __init__(self, sessions: sessionmaker[Session], job_id: int, worker: str, every: float = HEARTBEAT_S):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(sessions, job_id, worker, every), daemon=True
+        )
+
+    def _beat(self, sessions: sessionmaker[Session], job_id: int, worker: str, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                with sessions.begin() as session:
+                    session.execute(
+                        update(Job)
+                        .where(Job.id == job_id, Job.worker == worker)
+                        .values(heartbeat_at=utcnow())
+                    )
+            except OperationalError:
+                continue
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _finish(sessions: sessionmaker[Session], job_id: int, status: str, note: str = "") -> None:
+    with sessions.begin() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        job.status, job.finished_at = status, utcnow()
+        job.log += note
+        job.submission.status = "done" if status in ("done", "timed-out") else "failed"
+
+
+def run_job(
+    sessions: sessionmaker[Session],
+    job_id: int,
+    executor: Executor,
+    worker: str,
+    on_model: Callable[[str], None] | None = None,
+) -> str:
+    """Run and score a claimed job; returns its final status."""
+    with Heartbeat(sessions, job_id, worker):
+        try:
+            finished = run_models(sessions, job_id, executor, on_model=on_model)
+            score_job(sessions, job_id)
+        except Exception as exc:  # the harness's own failure (a broken split folder): recorded, not fatal
+            _finish(sessions, job_id, "failed", f"harness error: {type(exc).__name__}: {exc}\n")
+            return "failed"
+    status = "done" if finished else "timed-out"
+    _finish(sessions, job_id, status)
+    return status
+
+
+def work(
+    sessions: sessionmaker[Session],
+    executor: Executor,
+    once: bool = False,
+    poll_s: float = 2.0,
+    stale_after_s: float = STALE_AFTER_S,
+    on_job: Callable[[int, str], None] | None = None,
+) -> int:
+    """Run jobs until the queue is empty (``once``) or forever; returns the number of jobs run."""
+    worker = worker_name()
+    count = 0
+    while True:
+        job_id = claim_job(sessions, worker, stale_after_s)
+        if job_id is None:
+            if once:
+                return count
+            time.sleep(poll_s)
+            continue
+        status = run_job(sessions, job_id, executor, worker)
+        count += 1
+        if on_job is not None:
+            on_job(job_id, status)

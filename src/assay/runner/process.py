@@ -1,0 +1,174 @@
+"""Run one command under limits and make sure nothing it started outlives it.
+
+The command gets its own session (so its process group can be killed as one), an address-space limit and
+no core dumps. Its output is read by threads into bounded buffers, so a detector printing gigabytes costs
+64 KiB, and a grandchild holding the pipes open cannot block the harness for more than a few seconds.
+A grandchild that leaves the group with ``setsid`` escapes the group kill; only a pid namespace (bwrap,
+unshare) catches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
+
+TAIL_BYTES = 64 * 1024
+_READ_CHUNK = 16 * 1024
+_DRAIN_SECONDS = 5.0  # how long to wait for pipes held open by escaped grandchildren
+
+
+@dataclass
+class Finished:
+    """How the command ended, before anyone interprets it."""
+
+    exit_code: int | None
+    timed_out: bool
+    wall_seconds: float
+    stdout: bytes
+    stderr: bytes
+    start_error: str | None = None
+
+
+class _Tail:
+    """Keeps the last ``TAIL_BYTES`` of a stream and counts what it dropped."""
+
+    def __init__(self) -> None:
+        self.chunks: deque[bytes] = deque()
+        self.kept = 0
+        self.dropped = 0
+        self.lock = threading.Lock()  # a pump outliving the run (escaped grandchild) may still be adding
+
+    def add(self, data: bytes) -> None:
+        with self.lock:
+            self.chunks.append(data)
+            self.kept += len(data)
+            while self.kept - len(self.chunks[0]) >= TAIL_BYTES:
+                old = self.chunks.popleft()
+                self.kept -= len(old)
+                self.dropped += len(old)
+
+    def value(self) -> bytes:
+        with self.lock:
+            data, dropped = b"".join(self.chunks), self.dropped
+        cut = max(0, len(data) - TAIL_BYTES)
+        if cut or dropped:
+            return b"[first %d bytes cut]\n" % (dropped + cut) + data[cut:]
+        return data
+
+
+def _pump(stream: IO[bytes], tail: _Tail) -> None:
+    """Read until end of file, then close: the pump owns its pipe, so a blocked read never races a close."""
+    fd = stream.fileno()
+    try:
+        while chunk := os.read(fd, _READ_CHUNK):
+            tail.add(chunk)
+    except OSError:
+        pass
+    finally:
+        stream.close()
+
+
+def _limiter(memory_bytes: int | None, data_only: bool = False) -> Callable[[], None]:
+    """A preexec function that only calls setrlimit: little work between fork and exec, where threads bite.
+
+    RLIMIT_AS caps every mapping, shared ones included. ``data_only`` caps only private writable memory
+    (RLIMIT_DATA): the CUDA driver reserves far more address space than any RLIMIT_AS worth setting.
+    """
+    setrlimit, core = resource.setrlimit, resource.RLIMIT_CORE
+    kind = resource.RLIMIT_DATA if data_only else resource.RLIMIT_AS
+
+    def limit() -> None:
+        setrlimit(core, (0, 0))
+        if memory_bytes is not None:
+            setrlimit(kind, (memory_bytes, memory_bytes))
+
+    return limit
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    """Wait until ``proc`` exits without reaping it, so its pid (the group id) cannot be reused yet.
+
+    Returns False on timeout. Uses a pidfd where the kernel has one; else polls ``waitid(WNOWAIT)``.
+    """
+    deadline = time.monotonic() + seconds
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            return bool(ready)
+        finally:
+            os.close(fd)
+    while True:
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def run_limited(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    wall_seconds: float,
+    memory_bytes: int | None,
+    data_only: bool = False,
+) -> Finished:
+    """Run ``argv`` to completion or ``wall_seconds``, then kill its whole process group either way.
+
+    ``data_only`` picks RLIMIT_DATA over RLIMIT_AS for the memory limit (see ``_limiter``).
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_limiter(memory_bytes, data_only),
+        )
+    except OSError as err:  # missing program, or the limit is too small to even exec
+        return Finished(None, False, time.monotonic() - start, b"", b"", start_error=f"cannot start: {err}")
+    tails = (_Tail(), _Tail())
+    pumps = [
+        threading.Thread(target=_pump, args=(stream, tail), daemon=True)
+        for stream, tail in zip((proc.stdout, proc.stderr), tails, strict=True)
+    ]
+    for pump in pumps:
+        pump.start()
+    try:
+        exited = _wait_exit(proc, wall_seconds)
+    except BaseException:  # Ctrl-C or a cancelled worker: the detector must not run on unattended
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    wall = time.monotonic() - start
+    # The leader is exited-but-unreaped (or still running): its pid still names the group, so this kills
+    # exactly the children it left behind, or everything on timeout.
+    _kill_group(proc.pid)
+    exit_code = proc.wait()
+    drained = time.monotonic() + _DRAIN_SECONDS
+    for pump in pumps:  # a pump still blocked (pipe kept by an escaped process) stays behind as a daemon
+        pump.join(max(0.0, drained - time.monotonic()))
+    return Finished(exit_code, not exited, wall, tails[0].value(), tails[1].value())

@@ -1,0 +1,448 @@
+"""assay.runner with real processes: tiny hostile detectors written to tmp_path and run through the sandbox.
+
+Assertions about what the sandbox hides or cuts off need bwrap (or ``unshare`` for the network); they skip
+where this machine lacks it, while the limit and bookkeeping checks run at any isolation level.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from assay.errors import UserError
+from assay.runner import (
+    Limits,
+    LocalExecutor,
+    Task,
+    TaskResult,
+    isolation_available,
+    levels_available,
+    make_executor,
+    run_task,
+)
+
+PROJECT = Path(__file__).resolve().parents[1]
+CONSTANT = PROJECT / "detectors" / "constant"
+LEVEL = isolation_available()
+needs_bwrap = pytest.mark.skipif(LEVEL != "bwrap", reason=f"needs bwrap; best isolation here is {LEVEL}")
+SMALL = Limits(wall_seconds=30, memory_bytes=2 * 2**30)
+
+
+def detector(tmp_path: Path, source: str, name: str = "detector.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def python_task(script: Path, *args: str, key: str = "t", **fields) -> Task:
+    fields.setdefault("limits", SMALL)
+    return Task(key=key, argv=[sys.executable, str(script), *args], **fields)
+
+
+def processes_with(token: str) -> list[int]:
+    """Host pids whose command line contains ``token``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_normal_detector_outputs_and_streams_are_read_back(tmp_path: Path) -> None:
+    script = detector(
+        tmp_path,
+        """
+        import sys
+        open(sys.argv[1] + "/result.txt", "w").write("0.7")
+        print("to stdout"); print("to stderr", file=sys.stderr)
+        """,
+    )
+    result = run_task(python_task(script, "{output}", key="normal"))
+    assert isinstance(result, TaskResult) and result.ok
+    assert (result.key, result.exit_code, result.timed_out, result.killed_for_memory) == (
+        "normal",
+        0,
+        False,
+        False,
+    )
+    assert result.outputs == {"result.txt": b"0.7"}
+    assert result.stdout == "to stdout\n" and result.stderr == "to stderr\n"
+    assert result.isolation.startswith(LEVEL + ":") or result.isolation.startswith("none:")
+    assert result.worker == f"{socket.gethostname()}:{os.getpid()}"
+    assert 0 < result.wall_seconds < 30
+
+
+HIDDEN_READER = """
+import ctypes, os, sys
+ground_truth, answers, outside, output = sys.argv[1:5]
+
+def attempt(read):
+    try:
+        return repr(read())
+    except OSError as err:
+        return type(err).__name__
+def write_outside():
+    with open(outside, "w") as handle:
+        handle.write("x")
+    return "written"
+
+libc = ctypes.CDLL(None, use_errno=True)
+report = {
+    "ground_truth": attempt(lambda: open(ground_truth).read()),
+    "answers": attempt(lambda: open(answers).read()),
+    "umount": libc.umount2(os.path.dirname(ground_truth).encode(), 2),  # MNT_DETACH: needs CAP_SYS_ADMIN
+    "after_umount": attempt(lambda: open(ground_truth).read()),
+    "model": attempt(lambda: open(sys.argv[5] + "/model/model.pt").read()),
+    "write_outside": attempt(write_outside),
+}
+open(output + "/result.txt", "w").write(repr(report))
+"""
+
+
+@needs_bwrap
+def test_hidden_paths_stay_hidden_even_from_root(tmp_path: Path) -> None:
+    round_dir = tmp_path / "round"
+    model = round_dir / "models" / "id-00000003"
+    model.mkdir(parents=True)
+    (model / "model.pt").write_text("weights")
+    (round_dir / "ground_truth.csv").write_text("model,poisoned\nid-00000003,1\n")
+    answers = tmp_path / "answers.txt"
+    answers.write_text("SECRET")
+    script = detector(tmp_path, HIDDEN_READER)
+    outside = tmp_path / "outside.txt"
+    task = python_task(
+        script,
+        *(str(round_dir / "ground_truth.csv"), str(answers), str(outside), "{output}", "{input}"),
+        stage={"model": model},  # staged from inside the hidden round folder
+        hide=[round_dir, answers],
+    )
+    result = run_task(task)
+    assert result.exit_code == 0, result.stderr
+    report = eval(result.outputs["result.txt"])  # our own detector's repr of a dict
+    assert report["ground_truth"] == "FileNotFoundError"  # tmpfs over the round folder
+    assert report["answers"] in (repr(""), "PermissionError")  # /dev/null, bound without device access
+    assert report["umount"] == -1  # no capabilities, so the tmpfs cannot be removed
+    assert report["after_umount"] == "FileNotFoundError"
+    assert report["model"] == repr("weights")  # the staged entry is visible
+    assert report["write_outside"] == "OSError"  # read-only root
+    assert not outside.exists()
+    assert "read-only root" in result.isolation and "no network" in result.isolation
+
+
+def test_environment_is_built_from_scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSAY_FAKE_API_KEY", "s3cret")
+    script = detector(
+        tmp_path,
+        "import json, os, sys\nopen(sys.argv[1] + '/env.json', 'w').write(json.dumps(dict(os.environ)))\n",
+    )
+    limits = Limits(wall_seconds=30, cpus=1.5)
+    task = python_task(
+        script, "{output}", limits=limits, env={"CACHE": "{scratch}/cache"}, outputs=["env.json"]
+    )
+    result = run_task(task)
+    env = json.loads(result.outputs["env.json"])
+    assert "ASSAY_FAKE_API_KEY" not in env and "ASSAY_HOME" not in env
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "2"  # ceil(1.5)
+    assert env["CACHE"] == env["HOME"] + "/cache" and env["HOME"].endswith("/scratch")
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+@needs_bwrap
+def test_concurrent_tasks_cannot_see_each_other(tmp_path: Path) -> None:
+    script = detector(
+        tmp_path,
+        """
+        import os, sys, time
+        base = os.path.dirname(os.path.dirname(sys.argv[1]))
+        time.sleep(0.3)  # both tasks' folders exist on the host now
+        open(sys.argv[1] + "/result.txt", "w").write(",".join(sorted(os.listdir(base))))
+        """,
+    )
+    tasks = [python_task(script, "{output}", key=f"m{i}") for i in range(2)]
+    results = LocalExecutor(2).map(tasks, on_result=None)
+    for result in results:
+        seen = result.outputs["result.txt"].decode().split(",")
+        assert len(seen) == 1 and seen[0].startswith(result.key + "-")
+
+
+@pytest.mark.parametrize("level", levels_available())
+def test_sleeper_is_stopped_at_the_wall_clock_limit(tmp_path: Path, level: str) -> None:
+    script = detector(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(3600)\n")
+    start = time.monotonic()
+    task = python_task(script, limits=Limits(wall_seconds=1.0))
+    result = run_task(task, workdir=tmp_path / "work", isolation=level)
+    assert result.timed_out and not result.ok and not result.killed_for_memory
+    assert 1.0 <= result.wall_seconds < 5
+    assert time.monotonic() - start < 10
+    assert result.stdout == "started\n"
+    assert list((tmp_path / "work").iterdir()) == []  # temp folder removed after a timeout too
+
+
+def test_memory_hog_is_contained_and_recorded(tmp_path: Path) -> None:
+    script = detector(tmp_path, "import sys\ndata = bytearray(int(sys.argv[1]))\nprint(len(data))\n")
+    limits = Limits(wall_seconds=30, memory_bytes=512 * 2**20)
+    result = run_task(python_task(script, str(2 * 2**30), limits=limits))
+    assert result.exit_code not in (0, None) and result.killed_for_memory and not result.timed_out
+    assert "MemoryError" in result.stderr
+    fine = run_task(python_task(script, str(128 * 2**20), limits=limits))  # the same program, within bounds
+    assert fine.ok and fine.stdout == f"{128 * 2**20}\n"
+    gpu_limits = Limits(wall_seconds=30, memory_bytes=512 * 2**20, gpus=1)  # RLIMIT_DATA instead of AS
+    gpu = run_task(python_task(script, str(2 * 2**30), limits=gpu_limits))
+    assert gpu.killed_for_memory and "MemoryError" in gpu.stderr
+
+
+def test_torch_imports_under_the_default_memory_limit(tmp_path: Path) -> None:
+    script = detector(tmp_path, "import torch\nprint(torch.ones(3).sum().item())\n")
+    result = run_task(python_task(script, limits=Limits(wall_seconds=120)))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "3.0\n"
+    # torch needs about 768 MiB of address space just to load; below that the loader's error is recognised
+    starved = run_task(python_task(script, limits=Limits(wall_seconds=120, memory_bytes=256 * 2**20)))
+    assert starved.exit_code != 0 and starved.killed_for_memory, starved.stderr
+
+
+CHILD_LEFT_BEHIND = """
+import os, subprocess, sys, time
+token, escape, output = sys.argv[1:4]
+child = "import os, sys, time; os.setsid() if sys.argv[2] == 'yes' else None; time.sleep(3600)"
+subprocess.Popen([sys.executable, "-c", child, token, escape])  # keeps our stdout pipe open, too
+time.sleep(0.3)  # long enough for the child to have left the process group
+open(output + "/result.txt", "w").write("0.5")
+"""
+
+
+@pytest.mark.parametrize(
+    ("level", "escape"),
+    [(level, "no") for level in levels_available()]
+    + [(level, "yes") for level in levels_available() if level != "none"],
+)
+def test_children_do_not_outlive_the_detector(tmp_path: Path, level: str, escape: str) -> None:
+    """A child in the detector's process group dies at every level; one that calls setsid needs a pid
+    namespace (bwrap or unshare)."""
+    token = f"assay-orphan-{uuid.uuid4().hex}"
+    script = detector(tmp_path, CHILD_LEFT_BEHIND)
+    start = time.monotonic()
+    result = run_task(python_task(script, token, escape, "{output}"), isolation=level)
+    assert result.exit_code == 0 and result.outputs["result.txt"] == b"0.5", result.stderr
+    assert time.monotonic() - start < 10  # the open pipe did not make the harness wait
+    deadline = time.monotonic() + 5
+    while processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)  # SIGKILL is delivered asynchronously
+    assert processes_with(token) == []
+
+
+NETWORK_CLIENT = """
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3).close()
+    answer = "connected"
+except OSError as err:
+    answer = type(err).__name__
+open(sys.argv[2] + "/result.txt", "w").write(answer)
+"""
+
+
+@pytest.mark.skipif(LEVEL == "none", reason="no network isolation on this machine")
+def test_network_is_cut_off_unless_allowed(tmp_path: Path) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen()
+    port = str(server.getsockname()[1])
+    accepting = threading.Thread(target=lambda: [server.accept() for _ in range(3)], daemon=True)
+    accepting.start()
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=3).close()  # reachable from outside
+        script = detector(tmp_path, NETWORK_CLIENT)
+        allowed = Limits(wall_seconds=30, network=True)
+        for level in (level for level in levels_available() if level != "none"):
+            cut = run_task(python_task(script, port, "{output}"), isolation=level)
+            assert cut.exit_code == 0, cut.stderr
+            assert cut.outputs["result.txt"] in (b"OSError", b"ConnectionRefusedError")
+            assert "no network" in cut.isolation
+            open_ = run_task(python_task(script, port, "{output}", limits=allowed), isolation=level)
+            assert open_.outputs["result.txt"] == b"connected", open_.stderr
+            assert "no network" not in open_.isolation
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("written", [b"nan", b"2.0", b"not a number\n", b"\xff\xfe"])
+def test_garbage_results_come_back_as_bytes(tmp_path: Path, written: bytes) -> None:
+    script = detector(
+        tmp_path, "import sys\nopen(sys.argv[1] + '/result.txt', 'wb').write(eval(sys.argv[2]))\n"
+    )
+    result = run_task(python_task(script, "{output}", repr(written), outputs=["result.txt", "extra.json"]))
+    assert result.exit_code == 0
+    assert result.outputs == {"result.txt": written, "extra.json": None}
+
+
+def test_oversized_output_is_dropped(tmp_path: Path) -> None:
+    script = detector(
+        tmp_path, "import sys\nopen(sys.argv[1] + '/result.txt', 'wb').write(b'1' * (17 * 2**20))\n"
+    )
+    result = run_task(python_task(script, "{output}"))
+    assert result.exit_code == 0 and result.outputs == {"result.txt": None}
+
+
+def test_symlinked_output_is_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "ground_truth.csv"
+    secret.write_text("id-00000003,1\n")
+    script = detector(tmp_path, "import os, sys\nos.symlink(sys.argv[1], sys.argv[2] + '/result.txt')\n")
+    result = run_task(python_task(script, str(secret), "{output}"))
+    assert result.exit_code == 0, result.stderr
+    assert result.outputs == {"result.txt": None}
+
+
+def test_long_output_keeps_the_last_64_kib_and_the_folder_goes(tmp_path: Path) -> None:
+    script = detector(
+        tmp_path,
+        """
+        import sys
+        for i in range(20000):
+            print(f"line {i:06d}")
+        sys.stderr.write("e" * 100000 + "END")
+        sys.exit(3)
+        """,
+    )
+    work = tmp_path / "work"
+    result = run_task(python_task(script), workdir=work)
+    assert result.exit_code == 3 and not result.ok and not result.killed_for_memory
+    assert result.stdout.endswith("line 019999\n") and result.stdout.startswith("[first ")
+    assert "line 000000" not in result.stdout
+    assert len(result.stdout.encode()) <= 64 * 1024 + 40
+    assert result.stderr.endswith("END") and len(result.stderr.encode()) <= 64 * 1024 + 40
+    assert list(work.iterdir()) == []
+
+
+def test_local_executor_keeps_task_order_and_reports_each_once(tmp_path: Path) -> None:
+    script = detector(
+        tmp_path,
+        """
+        import sys, time
+        time.sleep(float(sys.argv[1]))
+        open(sys.argv[2] + "/result.txt", "w").write(sys.argv[1])
+        """,
+    )
+    delays = ["0.6", "0.0", "0.3", "0.1"]
+    tasks = [python_task(script, delay, "{output}", key=f"m{i}") for i, delay in enumerate(delays)]
+    seen: list[tuple[str, int]] = []
+    results = LocalExecutor(2).map(tasks, on_result=lambda r: seen.append((r.key, threading.get_ident())))
+    assert [r.key for r in results] == ["m0", "m1", "m2", "m3"]
+    assert [r.outputs["result.txt"] for r in results] == [d.encode() for d in delays]
+    assert sorted(key for key, _ in seen) == ["m0", "m1", "m2", "m3"]
+    assert {ident for _, ident in seen} == {threading.get_ident()}  # called in the calling thread
+    assert seen[0][0] != "m0"  # reported as finished, not in task order
+
+
+def test_constant_detector_runs_inside_the_sandbox(tmp_path: Path) -> None:
+    model = tmp_path / "round" / "models" / "id-00000003"
+    (model / "clean-example-data").mkdir(parents=True)
+    (model / "model.pt").write_bytes(b"not read by the constant detector")
+    argv = [sys.executable, str(CONSTANT / "entrypoint.py"), "infer"]
+    argv += ["--model_filepath", "{input}/model/model.pt", "--result_filepath", "{output}/result.txt"]
+    argv += ["--scratch_dirpath", "{scratch}", "--examples_dirpath", "{input}/model/clean-example-data"]
+    argv += ["--metaparameters_filepath", str(CONSTANT / "metaparameters.json")]
+    argv += ["--schema_filepath", str(CONSTANT / "metaparameters_schema.json")]
+    argv += ["--learned_parameters_dirpath", str(CONSTANT / "learned_parameters")]
+    task = Task(
+        "id-00000003",
+        argv,
+        stage={"model": model},
+        limits=Limits(wall_seconds=60),
+        readonly=[CONSTANT],
+        hide=[tmp_path / "round"],
+    )
+    result = run_task(task)
+    assert result.exit_code == 0, result.stderr
+    assert float(result.outputs["result.txt"]) == 0.5
+
+
+def test_every_available_level_runs_a_task_with_staged_files_and_folders(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("staged")
+    (tmp_path / "folder" / "sub").mkdir(parents=True)
+    (tmp_path / "folder" / "sub" / "f.txt").write_text("deep")
+    stage = {"in.txt": tmp_path / "in.txt", "folder": tmp_path / "folder"}
+    script = detector(
+        tmp_path,
+        """
+        import sys
+        text = open(sys.argv[3] + "/in.txt").read() + open(sys.argv[3] + "/folder/sub/f.txt").read()
+        open(sys.argv[1] + "/result.txt", "w").write(sys.argv[2] + ":" + text)
+        """,
+    )
+    for level in levels_available():
+        task = python_task(script, "{output}", level, "{input}", stage=stage)
+        result = run_task(task, isolation=level)
+        assert result.outputs == {"result.txt": f"{level}:stageddeep".encode()}, result.stderr
+        assert result.isolation.startswith(level + ":")
+
+
+def test_callers_mistakes_raise_and_detector_failures_do_not(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="does not exist"):
+        run_task(Task("k", ["true"], stage={"model": tmp_path / "missing"}))
+    with pytest.raises(UserError, match="unknown isolation"):
+        run_task(Task("k", ["true"]), isolation="chroot")
+    with pytest.raises(ValueError, match="one plain file name"):
+        Task("k", ["true"], outputs=["../escape.txt"])
+    with pytest.raises(ValueError, match="wall_seconds"):
+        Limits(wall_seconds=0)
+    missing = run_task(Task("k", [str(tmp_path / "no-such-program")]), isolation="none")
+    assert missing.exit_code is None and "cannot start" in missing.stderr
+    with pytest.raises(UserError, match="unknown executor"):
+        make_executor("slurm", 1, None)
+    assert isinstance(make_executor("local", 2, None), LocalExecutor)
+
+
+def test_ray_executor_without_ray_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from assay.runner import RayExecutor
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # makes ``import ray`` fail as if it were not installed
+    with pytest.raises(UserError, match=r"pip install 'ray\[default\]'"):
+        RayExecutor()
+    with pytest.raises(UserError, match="needs ray"):
+        make_executor("ray", 1, "auto")
+
+
+def test_ray_executor_matches_local(tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+    from assay.runner import RayExecutor
+
+    script = detector(
+        tmp_path,
+        "import sys\nprint(sys.argv[1])\nopen(sys.argv[2] + '/result.txt', 'w').write(sys.argv[1])\n",
+    )
+    tasks = [
+        python_task(script, str(i / 10), "{output}", key=f"m{i}", limits=Limits(30, 2**30)) for i in range(3)
+    ]
+    local = LocalExecutor(2).map(tasks)
+    seen: list[str] = []
+    executor = RayExecutor(init_kwargs={"num_cpus": 2, "include_dashboard": False, "log_to_driver": False})
+    try:
+        remote = executor.map(tasks, on_result=lambda r: seen.append(r.key))
+    finally:
+        ray.shutdown()
+    assert sorted(seen) == ["m0", "m1", "m2"]
+
+    def same(result: TaskResult) -> tuple:
+        return (
+            result.key,
+            result.exit_code,
+            result.timed_out,
+            result.stdout,
+            result.outputs,
+            result.isolation,
+        )
+
+    assert [same(r) for r in remote] == [same(r) for r in local]
