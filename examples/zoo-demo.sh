@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Model zoo end to end, no downloads: generate a small TrojAI-style round on digits (12 models, half
-# trojaned), split it into train/test/holdout with sequestered views, and run the baseline detectors (with
-# the parameters they learned on the reference round's train split) on the sequestered test models.
+# Model zoo and leaderboard end to end, no downloads: generate a small TrojAI-style round on digits
+# (16 models, half trojaned), split it into train/test/holdout with sequestered views, run the three
+# baseline detectors (with the parameters they learned on the reference round's train split) as three teams
+# through the sandboxed leaderboard harness, close the round on holdout, and publish a static page.
 # Usage: bash examples/zoo-demo.sh [OUT_DIR]   (make demo runs it with OUT_DIR=demo-out)
 set -euo pipefail
 OUT=${1:-demo-out}
@@ -10,23 +11,27 @@ rm -rf "$Z"
 mkdir -p "$Z/scratch"
 export OMP_NUM_THREADS=1
 
-echo "== 1. generate a 12-model round (examples/zoo-round.yaml) with 2 workers"
+echo "== 1. generate a 16-model round (examples/zoo-round.yaml) with 2 workers"
 assay zoo generate --config examples/zoo-round.yaml --out "$Z/round" --workers 2
 
-echo "== 2. split it: train 6 / test 3 / holdout 3, stratified; test and holdout get a sequestered view"
+echo "== 2. split it: train 8 / test 4 / holdout 4, stratified; test and holdout get a sequestered view"
 assay zoo split "$Z/round" --train 0.5 --test 0.25 --holdout 0.25 --seed 1
 
-echo "== 3. run the baseline detectors on each sequestered test model (TrojAI detector command line)"
-for model in "$Z"/round/splits/test-sequestered/models/*/; do
-  name=$(basename "$model")
-  truth=$(cat "$Z/round/splits/test/models/$name/ground_truth.csv")
-  line="$name trojaned=$truth"
-  for detector in constant meta_classifier neural_cleanse; do
-    python "detectors/$detector/entrypoint.py" infer --model_filepath "$model/model.pt" \
-      --result_filepath "$Z/result.txt" --scratch_dirpath "$Z/scratch" --examples_dirpath "$model/clean-example-data" \
-      --metaparameters_filepath "detectors/$detector/metaparameters.json" \
-      --schema_filepath "detectors/$detector/metaparameters_schema.json" --learned_parameters_dirpath "detectors/$detector/learned_parameters"
-    line="$line  $detector=$(printf '%.3f' "$(cat "$Z/result.txt")")"
-  done
-  echo "$line" | tee -a "$Z/detections.txt"
+echo "== 3. leaderboard: a round over the split, the three baselines as three teams, one worker (sandboxed runs)"
+export ASSAY_DB_URL="sqlite:///$Z/leaderboard.db" ASSAY_HOME="$Z/assay-home"
+assay leaderboard init
+assay leaderboard round create demo --dataset "$Z/round/splits" --per-model-timeout 120
+assay leaderboard round open demo
+for detector in constant meta_classifier neural_cleanse; do
+  assay leaderboard team add "team-$detector" --kind baseline
+  assay leaderboard submit "detectors/$detector" --team "team-$detector" --round demo --split test
 done
+assay leaderboard worker --once --workers 2
+assay leaderboard show demo --split test
+
+echo "== 4. close the round: each team's best test submission runs on holdout; publish the static site"
+assay leaderboard round close demo
+assay leaderboard worker --once --workers 2
+assay leaderboard show demo --split holdout
+assay leaderboard export demo --out "$Z/site"
+echo "static leaderboard: $Z/site/index.html"

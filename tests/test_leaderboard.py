@@ -268,3 +268,27 @@ def test_cli_round_trip(small_round: Path, tmp_path: Path) -> None:
         and "no round named 'nope'" in bad.stderr
         and len(bad.stderr.strip().splitlines()) == 1
     )
+
+
+def test_unsafe_archives_and_containers_are_refused(board, tmp_path: Path) -> None:
+    import tarfile
+    import zipfile
+
+    sessions, artifacts = board
+    evil_tar = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil_tar, "w:gz") as archive:
+        archive.add(PROJECT / "detectors" / "constant" / "entrypoint.py", arcname="../../escape.py")
+    with pytest.raises(UserError, match="unsafe archive member"):
+        _submit(sessions, artifacts, "alpha", evil_tar)
+    evil_zip = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil_zip, "w") as archive:
+        archive.writestr("../escape.py", "print('x')")
+    with pytest.raises(UserError, match="outside the folder"):
+        _submit(sessions, artifacts, "alpha", evil_zip)
+    image = tmp_path / "detector.sif"
+    image.write_bytes(b"\0" * 64)
+    with pytest.raises(UserError, match="container image"):
+        _submit(sessions, artifacts, "alpha", image)
+    assert not (tmp_path / "escape.py").exists() and not (tmp_path.parent / "escape.py").exists()
+    with sessions() as session:
+        assert session.scalars(select(Submission)).all() == []

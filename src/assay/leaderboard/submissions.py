@@ -34,6 +34,7 @@ REQUIRED_FILES = ("entrypoint.py", "metaparameters.json", "metaparameters_schema
 COUNTED = ("queued", "running", "done", "failed")
 WINDOWED_SPLITS = ("test",)
 SUBMITTABLE_SPLITS = ("train", "test", "smoke")
+CONTAINER_SUFFIXES = (".sif", ".simg")
 
 
 def _check_sizes(sizes: list[int], source: Path) -> None:
@@ -50,6 +51,13 @@ def unpack(artifact: Path, dest: Path) -> Path:
     (tar's ``data`` filter), within the size and file-count limits. An archive with one top folder is
     entered.
     """
+    if artifact.suffix in CONTAINER_SUFFIXES:
+        engine = shutil.which("apptainer") or shutil.which("singularity")
+        found = f"{engine} is installed, but" if engine else "no apptainer or singularity here, and"
+        raise UserError(
+            f"{artifact}: a container image; {found} this harness runs detector folders and archives only: "
+            "submit the folder with entrypoint.py (or a .tar.gz of it)"
+        )
     if artifact.is_dir():
         files = [p for p in artifact.rglob("*") if p.is_file()]
         _check_sizes([p.stat().st_size for p in files], artifact)
