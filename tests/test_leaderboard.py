@@ -259,6 +259,9 @@ def test_cli_round_trip(small_round: Path, tmp_path: Path) -> None:
     assert lb("worker", "--once").returncode == 0
     shown = json.loads(lb("show", "r", "--json").stdout)
     assert shown[0]["team"] == "alpha" and shown[0]["metrics"]["cross_entropy"] == pytest.approx(math.log(2))
+    per_model = json.loads(lb("results", "1", "--logs", "--json").stdout)
+    assert len(per_model) == 4 and all("stderr" not in r for r in per_model)  # test split: output not shared
+    assert {r["value"] for r in per_model} == {0.5}
     assert lb("export", "r", "--out", str(tmp_path / "site")).returncode == 0
     assert (tmp_path / "site" / "index.html").read_text().count("alpha") >= 1
     assert (tmp_path / "site" / "test-best.csv").read_text().splitlines()[1].startswith("1,alpha,")

@@ -17,12 +17,13 @@ from rich.table import Table
 from sqlalchemy import func, select
 
 from assay.config import settings
+from assay.errors import UserError
 from assay.fileio import atomic_path
 from assay.leaderboard import publish, rounds, submissions
 from assay.leaderboard.scoring import Metrics, ScoreReport, score_files
 from assay.leaderboard.worker import work as work_loop
 from assay.runner import make_executor
-from assay.store import Job, Round, Team, open_store
+from assay.store import Job, Round, Submission, Team, open_store
 
 app = typer.Typer(
     help="Leaderboard: rounds of trojan detection, sandboxed detector runs, NIST-exact scores.\n\n"
@@ -375,3 +376,43 @@ def export(
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
     console.print(f"wrote {len(files)} files to {out}", highlight=False)
+
+
+@app.command()
+def results(
+    submission_id: int = typer.Argument(..., help="Submission number (from 'submit' or 'show --all')."),
+    logs: bool = typer.Option(
+        False, "--logs", help="Detector stderr per model (train and smoke splits only)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """A submission's per-model answers and flags; detector output only where the split shares it.
+
+    Example: assay leaderboard results 3 --logs
+    """
+    with _sessions()() as session:
+        made = session.get(Submission, submission_id)
+        if made is None:
+            raise UserError(f"no submission {submission_id}")
+        shared = made.split.show_logs
+        rows = [
+            {
+                "model": r.model_name,
+                "value": r.value,
+                "flags": r.flags,
+                "seconds": round(r.wall_seconds, 3),
+                **({"stderr": r.stderr[-2000:]} if logs and shared else {}),
+            }
+            for r in sorted(made.job.results if made.job else [], key=lambda r: r.model_name)
+        ]
+        split, status = made.split.name, made.status
+    if json_out:
+        console.print_json(json.dumps(rows))
+        return
+    console.print(f"submission {submission_id} on {split}: {status}", highlight=False)
+    if logs and not shared:
+        console.print(f"detector output is not shown for the {split} split", highlight=False)
+    for r in rows:
+        console.print(f"{r['model']}  {r['value']:.4f}  {r['flags']}  {r['seconds']} s", highlight=False)
+        if r.get("stderr"):
+            console.print(r["stderr"], highlight=False, markup=False)
