@@ -53,10 +53,10 @@ def mmlu_sample(tmp_path, mmlu_path) -> Path:
     return write_jsonl(tmp_path / "mmlu.jsonl", rows[:: len(rows) // 120][:120])
 
 
-# A small, quick round with every architecture and trigger kind (digits, narrow models, low floors), built
+# A small (20 models, as the zoo issue asks), quick round with every architecture and trigger kind (digits, narrow models, low floors), built
 # once per session for the split and detector tests.
 SMALL_ROUND = {
-    "models": 16,
+    "models": 20,
     "seed": 21,
     "architectures": ["cnn_small", "resnet_tiny", "mlp"],
     "widths": [8],
@@ -71,7 +71,7 @@ SMALL_ROUND = {
 
 @pytest.fixture(scope="session")
 def small_round(tmp_path_factory) -> Path:
-    """A 16-model round (8 poisoned) split 0.5/0.25/0.25 with seed 3: ``ROUND/`` and ``ROUND/splits/``."""
+    """A 20-model round (10 poisoned) split 0.5/0.25/0.25 with seed 3: ``ROUND/`` and ``ROUND/splits/``."""
     import torch
 
     from assay.zoo.config import RoundConfig

@@ -228,13 +228,13 @@ def test_killed_worker_resumes_without_duplicates(board, tmp_path: Path) -> None
     worker.wait()
     with sessions() as session:
         job = session.scalars(select(Job)).one()
-        assert job.status == "running" and 2 <= len(job.results) < 8
+        assert job.status == "running" and 2 <= len(job.results) < 10
     assert work(sessions, LocalExecutor(2), once=True, stale_after_s=0) == 1
     with sessions() as session:
         job = session.scalars(select(Job).where(Job.submission_id == made.id)).one()
         assert job.status == "done" and job.attempts == 2
         values = {r.model_name: r.value for r in job.results}
-        assert len(job.results) == len(values) == 8
+        assert len(job.results) == len(values) == 10
         assert values == {name: pytest.approx(model_value(name), abs=1e-15) for name in values}
 
 
@@ -260,7 +260,7 @@ def test_cli_round_trip(small_round: Path, tmp_path: Path) -> None:
     shown = json.loads(lb("show", "r", "--json").stdout)
     assert shown[0]["team"] == "alpha" and shown[0]["metrics"]["cross_entropy"] == pytest.approx(math.log(2))
     per_model = json.loads(lb("results", "1", "--logs", "--json").stdout)
-    assert len(per_model) == 4 and all("stderr" not in r for r in per_model)  # test split: output not shared
+    assert len(per_model) == 5 and all("stderr" not in r for r in per_model)  # test split: output not shared
     assert {r["value"] for r in per_model} == {0.5}
     assert lb("export", "r", "--out", str(tmp_path / "site")).returncode == 0
     assert (tmp_path / "site" / "index.html").read_text().count("alpha") >= 1

@@ -37,7 +37,7 @@ def test_render_is_sandboxed_and_strict() -> None:
         "adversariality": "low",
     }
     text = render(spec.templates["default"], context)
-    assert spec.rules[0].text in text and "ordinary user" in text
+    assert spec.rules[0].text in text and "ordinary user" in text and "  " not in text
     with pytest.raises((SecurityError, UndefinedError)):
         render("{{ rule.__class__.__init__.__globals__ }}", context)
     with pytest.raises(UndefinedError):
@@ -61,7 +61,8 @@ def _write(tmp_path: Path, change) -> Path:
         (lambda r: r.update(colour="red"), "colour", "Extra inputs"),
         (lambda r: r.update(arbitration_gap=4), "(top level)", "wider than the scale"),
         (lambda r: r["demographics"]["attributes"]["race"].append("Asian"), "demographics", "twice"),
-        (lambda r: r["demographics"].update(attributes={}), "demographics", "two-way"),
+        (lambda r: r["demographics"].update(attributes={"race": ["Asian"]}), "demographics", "two-way"),
+        (lambda r: r["demographics"].update(attributes={}), "(top level)", "a rule targets groups"),
         (lambda r: r.update(in_group_share=1.5), "in_group_share", "less than or equal to 1"),
     ],
 )
@@ -80,3 +81,12 @@ def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
     bad.write_text("rules: [\n")
     with pytest.raises(UserError, match=r"bad\.yaml:\d+: not valid YAML"):
         load_spec(bad)
+
+
+def test_spec_without_demographics_loads(tmp_path: Path) -> None:
+    def change(raw: dict) -> None:
+        raw.pop("demographics")
+        raw["rules"] = [r for r in raw["rules"] if not r.get("targets_groups")]
+
+    spec = load_spec(_write(tmp_path, change))
+    assert spec.demographics.groups() == [] and [r.id for r in spec.rules] == ["medical"]

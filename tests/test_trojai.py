@@ -103,7 +103,7 @@ def test_read_examples_from_a_round_and_broken_folders(small_round: Path, tmp_pa
 
 def test_training_models_reads_ground_truth(small_round: Path, tmp_path: Path) -> None:
     models = training_models(small_round / "splits" / "train")
-    assert len(models) == 8 and sum(m.poisoned for m in models) == 4
+    assert len(models) == 10 and sum(m.poisoned for m in models) == 5
     assert all(m.model_filepath.is_file() and m.examples_dirpath.is_dir() for m in models)
     bad = tmp_path / "models" / "id-00000000"
     bad.mkdir(parents=True)
@@ -168,7 +168,7 @@ def test_constant_detector_cli_infer_configure_and_bad_metaparameters(
     )
     assert configured.returncode == 0, configured.stderr
     prior = json.loads((learned / "prior.json").read_text())
-    assert prior == {"probability": 0.5, "training_models": 8}  # 4 of the 8 training models are poisoned
+    assert prior == {"probability": 0.5, "training_models": 10}  # 5 of the 10 training models are poisoned
     (learned / "prior.json").write_text(json.dumps({"probability": 0.3, "training_models": 10}))
     done = _infer(model, tmp_path / "r2.txt", tmp_path, meta, learned)
     assert done.returncode == 0 and float((tmp_path / "r2.txt").read_text()) == 0.3

@@ -35,8 +35,8 @@ def test_splits_are_disjoint_complete_and_recorded(small_round: Path) -> None:
     everything = _names(small_round)
     members = {name: _names(splits / name) for name in SPLIT_NAMES}
     assert set().union(*members.values()) == everything
-    assert sum(len(m) for m in members.values()) == len(everything) == 16
-    assert {name: len(m) for name, m in members.items()} == {"train": 8, "test": 4, "holdout": 4}
+    assert sum(len(m) for m in members.values()) == len(everything) == 20
+    assert {name: len(m) for name, m in members.items()} == {"train": 10, "test": 5, "holdout": 5}
     record = json.loads((splits / "split.json").read_text())
     assert record["seed"] == 3 and record["strata_columns"] == list(STRATA_COLUMNS)
     assert {m for m, s in record["assignment"].items() if s == "test"} == members["test"]
@@ -44,7 +44,7 @@ def test_splits_are_disjoint_complete_and_recorded(small_round: Path) -> None:
         rows = _metadata(splits / name)
         assert {r["model_name"] for r in rows} == models
         assert sum(r["poisoned"] == "True" for r in rows) == record["poisoned"][name]
-        # 8 poisoned of 16: each split gets half poisoned, to within one model
+        # 10 poisoned of 20: each split gets half poisoned, to within one model
         assert abs(record["poisoned"][name] - len(models) / 2) <= 1
 
 
@@ -151,7 +151,7 @@ def test_cli_split_json_and_exit_code(small_round: Path, tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["counts"] == {"train": 8, "test": 4, "holdout": 4}
+    assert summary["counts"] == {"train": 10, "test": 5, "holdout": 5}
     bad = subprocess.run(
         [*args[:-1], "0.9", "--out", str(tmp_path / "bad")], capture_output=True, text=True, env=env
     )

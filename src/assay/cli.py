@@ -19,6 +19,7 @@ from assay import __version__
 from assay.dyepack.cli import app as dyepack_app
 from assay.errors import UserError
 from assay.leaderboard.cli import app as leaderboard_app
+from assay.star.cli import app as star_app
 from assay.zoo.cli import app as zoo_app
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ app = typer.Typer(
 app.add_typer(dyepack_app, name="dyepack")
 app.add_typer(zoo_app, name="zoo")
 app.add_typer(leaderboard_app, name="leaderboard")
+app.add_typer(star_app, name="star")
 
 
 def _version(value: bool) -> None:

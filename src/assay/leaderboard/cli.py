@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -34,7 +35,8 @@ round_app = typer.Typer(help="Create, open, close and list rounds.", no_args_is_
 team_app = typer.Typer(help="Add and list teams.", no_args_is_help=True)
 app.add_typer(round_app, name="round")
 app.add_typer(team_app, name="team")
-console = Console(soft_wrap=True)
+# Standings tables are wide; when piped (no terminal to measure) print them at 140 columns, not 80.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 140)
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "n"),

@@ -9,12 +9,14 @@ scale and the arbitration gap. Every problem is one ``UserError`` line naming th
 
 from __future__ import annotations
 
+import functools
 import itertools
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from jinja2 import StrictUndefined, TemplateSyntaxError, meta
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,7 +27,7 @@ Value = Annotated[str, Field(min_length=1, max_length=200)]
 DEFAULT_LIKERT = ("definitely broken", "probably broken", "probably not broken", "definitely not broken")
 PREFER_NOT_TO_SAY = "prefer not to say"
 # Names a template may use besides the parameters: the rule, the target group, and the collection settings.
-TEMPLATE_CONTEXT = ("rule", "group", "group_text", "use_case", "adversariality")
+TEMPLATE_CONTEXT = ("rule", "group", "group_text")
 
 
 class PolicyRule(BaseModel):
@@ -57,7 +59,7 @@ class Demographics(BaseModel):
                 raise ValueError(f"attribute {name!r} lists a value twice")
             if PREFER_NOT_TO_SAY in values:
                 raise ValueError(f"attribute {name!r}: {PREFER_NOT_TO_SAY!r} is for people, not targets")
-        if 2 in self.intersections and len(self.attributes) < 2:
+        if self.attributes and 2 in self.intersections and len(self.attributes) < 2:
             raise ValueError("two-way intersections need at least two attributes")
         return self
 
@@ -152,9 +154,16 @@ def check_template(name: str, source: str, parameters: dict[str, list[str]]) -> 
         )
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str) -> Template:
+    return _ENV.from_string(source)
+
+
 def render(source: str, context: dict[str, Any]) -> str:
-    """Render a template in the sandbox (no attribute access to internals, no undefined names)."""
-    return _ENV.from_string(source).render(**context).strip()
+    """Render a template in the sandbox (no access to internals, no undefined names); runs of spaces that
+    block tags leave in folded YAML text are collapsed, line breaks are kept."""
+    text = _compiled(source).render(**context)
+    return "\n".join(re.sub(r"[ \t]+", " ", line).strip() for line in text.strip().splitlines())
 
 
 def load_spec(path: str | Path) -> CampaignSpec:
