@@ -59,11 +59,12 @@ def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--detectors", nargs="+", default=None, help="Names under detectors/ (default: all).")
     parser.add_argument("--out", type=Path, default=None, help="JSONL of every answer.")
+    parser.add_argument("--models", type=int, default=None, help="Only the first N models (for timing).")
     args = parser.parse_args()
 
     names = args.detectors or sorted(p.name for p in DETECTORS.iterdir() if (p / "entrypoint.py").is_file())
     view = args.splits / f"{args.split}-sequestered" / "models"
-    models = sorted(p for p in view.iterdir() if p.is_dir())
+    models = sorted(p for p in view.iterdir() if p.is_dir())[: args.models]
     truth = np.array(
         [int((args.splits / args.split / "models" / m.name / "ground_truth.csv").read_text()) for m in models]
     )

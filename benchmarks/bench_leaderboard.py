@@ -24,13 +24,15 @@ from assay.store import open_store
 DETECTORS = Path(__file__).resolve().parents[1] / "detectors"
 
 
-def one_run(splits: Path, detector: str, split: str, workers: int) -> tuple[float, int]:
-    """Seconds for the whole job, and the number of models it ran."""
+def one_run(splits: Path, detector: str, split: str, workers: int, limit: int | None) -> tuple[float, int]:
+    """Seconds for the whole job, and the number of models it ran (the first ``limit`` of the split)."""
     with tempfile.TemporaryDirectory() as folder:
         sessions = open_store(f"sqlite:///{folder}/lb.db")
         with sessions.begin() as session:
             created = rounds.create_round(session, "bench", splits)
-            models = len(rounds.split_models(rounds.get_split(created, split)))
+            chosen = rounds.get_split(created, split)
+            chosen.model_names = ",".join(rounds.split_models(chosen)[:limit])
+            models = len(rounds.split_models(chosen))
             rounds.set_status(session, "bench", "open")
             rounds.add_team(session, "bench")
             submissions.submit(
@@ -47,8 +49,9 @@ def main() -> None:
     parser.add_argument("--detector", default="meta_classifier")
     parser.add_argument("--split", default="test")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--models", type=int, default=None, help="Only the first N models of the split.")
     args = parser.parse_args()
-    rows = [(w, *one_run(args.splits, args.detector, args.split, w)) for w in args.workers]
+    rows = [(w, *one_run(args.splits, args.detector, args.split, w, args.models)) for w in args.workers]
     print(f"{args.detector} on the {args.split} split; isolation: {isolation_available()}")
     print(f"{'workers':>8} {'models':>7} {'seconds':>8} {'s/model':>8} {'models/min':>11} {'speed-up':>9}")
     base = rows[0][1]
