@@ -48,7 +48,7 @@ bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_hf_batching.py
 	$(PY) benchmarks/bench_zoo.py
 	$(PY) benchmarks/bench_detectors.py $(REFERENCE)/splits --split test --models 12
-	$(PY) benchmarks/bench_leaderboard.py $(REFERENCE)/splits --split holdout --models 16
+	$(PY) benchmarks/bench_leaderboard.py $(REFERENCE)/splits --split test --models 16
 	$(PY) benchmarks/bench_runner.py
 
 lint: $(STAMP)
