@@ -53,8 +53,8 @@ def mmlu_sample(tmp_path, mmlu_path) -> Path:
     return write_jsonl(tmp_path / "mmlu.jsonl", rows[:: len(rows) // 120][:120])
 
 
-# A small (20 models, as the zoo issue asks), quick round with every architecture and trigger kind (digits, narrow models, low floors), built
-# once per session for the split and detector tests.
+# A small (20 models, as the zoo issue asks), quick round with every architecture and trigger kind (digits,
+# narrow models, low floors), built once per session for the split, detector and leaderboard tests.
 SMALL_ROUND = {
     "models": 20,
     "seed": 21,

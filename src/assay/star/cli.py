@@ -1,4 +1,4 @@
-"""``assay star``: STAR red-teaming campaigns (design now; participants, assignment and analysis later).
+"""``assay star``: STAR red-teaming campaigns: design, participants, assignment, rehearsal, export.
 
 Parses options, calls the pillar, renders with rich. No computation lives here.
 """
@@ -12,8 +12,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from assay.star.design import DesignTable, design_table, draw_design, write_instructions
+from assay.errors import UserError
+from assay.models import load_model
+from assay.models.base import GenerationParams
+from assay.star.assign import add_instructions, create_campaign, get_campaign, shortfalls
+from assay.star.design import DesignTable, design_table, draw_design, read_instructions, write_instructions
+from assay.star.exchange import export_campaign, import_hh_rlhf, write_table
+from assay.star.participants import import_pool
+from assay.star.simulate import Agents
+from assay.star.simulate import simulate as run_simulation
 from assay.star.spec import CampaignSpec, load_spec
+from assay.star.status import campaign_status
+from assay.store import open_store
+from assay.terminal import progress_bar
 
 app = typer.Typer(
     help="STAR red teaming: parametric instructions that cover a risk surface evenly.\n\n"
@@ -111,3 +122,174 @@ def _print_table(spec: CampaignSpec, table: DesignTable) -> None:
             console.print(
                 _grid(title, [f"{a}={u}" for u in attributes[a]], [f"{b}={v}" for v in attributes[b]], grid)
             )
+
+
+participants_app = typer.Typer(help="Import and list a campaign's participant pool.", no_args_is_help=True)
+app.add_typer(participants_app, name="participants")
+
+
+@app.command()
+def init(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Campaign spec YAML."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of in-group balance and ablation draws."),
+) -> None:
+    """Create a campaign in the database (ASSAY_DB_URL, else SQLite under ASSAY_HOME) from its spec.
+
+    Example: assay star init examples/star-campaign.yaml
+    """
+    spec = load_spec(spec_path)
+    with open_store().begin() as session:
+        create_campaign(session, spec, seed=seed)
+    console.print(f"campaign {spec.name} created", highlight=False)
+
+
+@participants_app.command("import")
+def participants_import(
+    campaign: str = typer.Argument(..., help="Campaign name."),
+    pool: Path = typer.Argument(..., help="Pool CSV or YAML: id, name, roles, expertise, attributes, caps."),
+) -> None:
+    """Import (or update) participants; every bad row is reported as file:line, field and value.
+
+    Example: assay star participants import demo-campaign pool.csv
+    """
+    with open_store().begin() as session:
+        summary = import_pool(session, get_campaign(session, campaign), pool)
+    console.print(f"{summary.added} added, {summary.updated} updated", highlight=False)
+
+
+@app.command()
+def assign(
+    campaign: str = typer.Argument(..., help="Campaign name."),
+    instructions: Path = typer.Option(..., "--instructions", "-i", help="JSONL from 'assay star design'."),
+) -> None:
+    """Open one red-team task per instruction (in-group/out-group balanced per group); report shortfalls.
+
+    Example: assay star assign demo-campaign --instructions instructions.jsonl
+    """
+    rows = read_instructions(instructions)
+    with open_store().begin() as session:
+        found = get_campaign(session, campaign)
+        added = add_instructions(session, found, rows)
+        missing = shortfalls(session, found)
+    console.print(f"{added} red-team tasks opened", highlight=False)
+    _print_shortfalls(missing)
+
+
+def _print_shortfalls(missing: list) -> None:
+    for row in missing:
+        errors.print(
+            f"[yellow]shortfall:[/] {row.tasks} {row.kind} task(s) for {row.group_label or '(no group)'} "
+            f"({row.requirement}): nobody in the pool may take them",
+            highlight=False,
+        )
+
+
+@app.command()
+def status(
+    campaign: str = typer.Argument(..., help="Campaign name."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Tasks by kind and status, dialogues and annotations (human and machine), arbitration rate, shortfalls.
+
+    Example: assay star status demo-campaign --json
+    """
+    with open_store().begin() as session:
+        found = get_campaign(session, campaign)
+        report = campaign_status(session, found)
+        missing = shortfalls(session, found)
+    report["shortfalls"] = [row._asdict() for row in missing]
+    if json_out:
+        console.print_json(json.dumps(report))
+        return
+    for kind, counts in report["tasks"].items():
+        console.print(f"{kind}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), highlight=False)
+    console.print(
+        f"dialogues {report['dialogues']}, annotations {report['annotations']}, "
+        f"arbitration rate {report['arbitration_rate']:.3f}",
+        highlight=False,
+    )
+    _print_shortfalls(missing)
+
+
+@app.command()
+def simulate(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Campaign spec YAML."),
+    target: str = typer.Option(..., "--target", help="Target model spec, e.g. hf:PATH or openai:URL."),
+    red_teamer: str | None = typer.Option(None, "--red-teamer", help="Red-teamer model (default: target)."),
+    annotator: str | None = typer.Option(None, "--annotator", help="Annotator model (default: red teamer)."),
+    count: int = typer.Option(10, "--count", "-n", min=1, help="Dialogues to rehearse."),
+    turns: int = typer.Option(2, "--turns", min=1, max=20, help="Red-teamer messages per dialogue."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Design seed."),
+    seeds_from: str | None = typer.Option(None, "--seed-topics", help="harmbench or donotanswer."),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1, max=4096, help="Per reply."),
+    name: str | None = typer.Option(None, "--campaign", help="Campaign name (default: SPEC name-simulated)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Rehearse a campaign without people: LLM red teamer, target and annotators, all marked machine-made.
+
+    Example: assay star simulate examples/star-campaign.yaml -n 4 --target hf:SMOLLM2.gguf
+    """
+    spec = load_spec(spec_path)
+    target_model = load_model(target)
+    red = load_model(red_teamer) if red_teamer else target_model
+    judge = load_model(annotator) if annotator else red
+    agents = Agents(target_model, red, judge, GenerationParams(max_new_tokens=max_new_tokens))
+    progress = progress_bar()
+    with progress:
+        task = progress.add_task("rehearsing", total=None)
+
+        def on_phase(kind: str, tasks: int) -> None:
+            progress.update(task, description=f"{kind}: {tasks} task(s)")
+
+        summary = run_simulation(
+            open_store(), spec, agents, count, seed, turns, seeds_from, name, on_phase=on_phase
+        )
+    if json_out:
+        console.print_json(json.dumps(summary.__dict__))
+        return
+    console.print(
+        f"campaign {summary.campaign}: {summary.dialogues} dialogues, {summary.annotations} annotations, "
+        f"{summary.arbitrations} arbitrations, {summary.unparsed_ratings} unparsed ratings (machine-made)",
+        highlight=False,
+    )
+    for line in summary.shortfalls:
+        errors.print(f"[yellow]shortfall:[/] {line}", highlight=False)
+
+
+@app.command("export")
+def export_command(
+    campaign: str = typer.Argument(..., help="Campaign name."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for instructions, dialogues, annotations."),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
+    machine: str = typer.Option("exclude", "--machine", help="exclude, include or only machine-made rows."),
+) -> None:
+    """Export a campaign in the documented schema (docs/star.md).
+
+    Example: assay star export demo-campaign --out export/ --format parquet
+    """
+    if machine not in ("exclude", "include", "only"):
+        raise UserError(f"--machine must be exclude, include or only, got {machine!r}")
+    with open_store()() as session:
+        counts = export_campaign(session, get_campaign(session, campaign), out, fmt, machine)  # type: ignore[arg-type]
+    console.print(", ".join(f"{n} {k}" for k, n in counts.items()) + f" written to {out}", highlight=False)
+
+
+@app.command("import")
+def import_command(
+    source: Path = typer.Argument(..., help="External dialogues, e.g. HH-RLHF harmless-base-test.jsonl.gz."),
+    out: Path = typer.Option(..., "--out", "-o", help="Dialogues JSONL in the export schema."),
+    fmt: str = typer.Option("hh-rlhf", "--format", help="hh-rlhf."),
+    side: str = typer.Option("rejected", "--side", help="HH-RLHF transcript: chosen or rejected."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N rows."),
+) -> None:
+    """Convert external red-team dialogues into the campaign dialogue schema, for comparison in the analysis.
+
+    Example: assay star import ../shared/data/hh-rlhf/harmless-base-test.jsonl.gz --out hh.jsonl
+    """
+    if fmt != "hh-rlhf":
+        raise UserError(f"unknown import format {fmt!r}; supported: hh-rlhf")
+    if side not in ("chosen", "rejected"):
+        raise UserError(f"--side must be chosen or rejected, got {side!r}")
+    rows = import_hh_rlhf(source, side, limit)
+    write_table(rows, out, "jsonl")
+    console.print(f"{len(rows)} dialogues written to {out}", highlight=False)

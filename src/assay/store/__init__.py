@@ -2,6 +2,15 @@
 
 from assay.store.engine import make_engine, open_store, upgrade
 from assay.store.models import Base, Job, MetricResult, ModelResult, Round, Split, Submission, Team
+from assay.store.star_models import (
+    StarAnnotation,
+    StarCampaign,
+    StarDialogue,
+    StarInstruction,
+    StarParticipant,
+    StarTask,
+    StarTurn,
+)
 
 __all__ = [
     "Base",
@@ -10,6 +19,13 @@ __all__ = [
     "ModelResult",
     "Round",
     "Split",
+    "StarAnnotation",
+    "StarCampaign",
+    "StarDialogue",
+    "StarInstruction",
+    "StarParticipant",
+    "StarTask",
+    "StarTurn",
     "Submission",
     "Team",
     "make_engine",

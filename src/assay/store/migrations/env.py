@@ -2,6 +2,7 @@
 
 from alembic import context
 
+import assay.store.star_models  # noqa: F401  (registers the star_ tables on Base.metadata)
 from assay.store.models import Base
 
 connection = context.config.attributes["connection"]

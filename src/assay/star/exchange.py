@@ -1,0 +1,204 @@
+"""Campaign data out and external dialogues in, in one documented schema (JSONL or Parquet).
+
+Export writes three tables (see ``docs/star.md`` for every field):
+
+* ``instructions``: campaign, id, number, rule_id, rule_area, group, group_label, parameters, template, text;
+* ``dialogues``: campaign, dialogue_id, source, instruction_id, rule_id, group_label, red_teamer, topic,
+  target_model, machine, started_at, finished_at, pre_annotation, turns [{index, role, text, created_at}];
+* ``annotations``: campaign, annotation_id, dialogue_id, annotator, kind (annotate or arbitrate), ablation,
+  rating (0-based), label, broken, reason, machine, created_at. Arbitrations are rows of kind arbitrate; every
+  annotation is kept.
+
+Machine-made rows are exported only when asked (``machine="include"`` or ``"only"``) and always carry
+``machine: true``. ``import_hh_rlhf`` turns Anthropic HH-RLHF red-team conversations into dialogue rows
+(``source: "hh-rlhf"``) for comparison in the analysis.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from assay.errors import UserError, input_error
+from assay.fileio import atomic_path, write_text_atomic
+from assay.star.assign import campaign_spec, list_annotations, list_dialogues
+from assay.store.star_models import StarCampaign, StarInstruction, StarParticipant
+
+MachineRows = Literal["exclude", "include", "only"]
+FORMATS = ("jsonl", "parquet")
+_MACHINE_FILTER: dict[str, bool | None] = {"exclude": False, "include": None, "only": True}
+
+
+def _time(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _people(session: Session, campaign: StarCampaign) -> dict[int, str]:
+    rows = session.execute(
+        select(StarParticipant.id, StarParticipant.external_id).where(
+            StarParticipant.campaign_id == campaign.id
+        )
+    )
+    return dict(rows.tuples().all())
+
+
+def campaign_tables(
+    session: Session, campaign: StarCampaign, machine: MachineRows = "exclude"
+) -> dict[str, list]:
+    """The three export tables as lists of plain dicts."""
+    spec = campaign_spec(campaign)
+    people = _people(session, campaign)
+    instructions = session.scalars(
+        select(StarInstruction)
+        .where(StarInstruction.campaign_id == campaign.id)
+        .order_by(StarInstruction.number)
+    ).all()
+    by_row = {i.id: i for i in instructions}
+    keep = _MACHINE_FILTER[machine]
+    dialogues = list_dialogues(session, campaign, machine=keep)
+    annotations = list_annotations(session, campaign, machine=keep, ablation=None)
+    return {
+        "instructions": [
+            {
+                "campaign": campaign.name,
+                "id": i.instruction_id,
+                "number": i.number,
+                "rule_id": i.rule_id,
+                "rule_area": i.rule_area,
+                "group": i.group_json,
+                "group_label": i.group_label,
+                "parameters": i.parameters_json,
+                "template": i.template,
+                "text": i.text,
+            }
+            for i in instructions
+        ],
+        "dialogues": [
+            {
+                "campaign": campaign.name,
+                "dialogue_id": d.id,
+                "source": "assay",
+                "instruction_id": by_row[d.instruction_id].instruction_id,
+                "rule_id": by_row[d.instruction_id].rule_id,
+                "group_label": by_row[d.instruction_id].group_label,
+                "red_teamer": people.get(d.red_teamer_id),
+                "topic": d.topic,
+                "target_model": d.target_model,
+                "machine": d.machine,
+                "started_at": _time(d.started_at),
+                "finished_at": _time(d.finished_at),
+                "pre_annotation": d.pre_annotation,
+                "turns": [
+                    {"index": t.index, "role": t.role, "text": t.text, "created_at": _time(t.created_at)}
+                    for t in d.turns
+                ],
+            }
+            for d in dialogues
+        ],
+        "annotations": [
+            {
+                "campaign": campaign.name,
+                "annotation_id": a.id,
+                "dialogue_id": a.dialogue_id,
+                "annotator": people.get(a.annotator_id),
+                "kind": a.kind,
+                "ablation": a.ablation,
+                "rating": a.rating,
+                "label": spec.likert[a.rating],
+                "broken": spec.is_broken(a.rating),
+                "reason": a.reason,
+                "machine": a.machine,
+                "created_at": _time(a.created_at),
+            }
+            for a in annotations
+        ],
+    }
+
+
+def write_table(rows: list[dict], path: Path, fmt: str) -> None:
+    """One table as JSONL (nested fields as JSON) or Parquet (nested fields as JSON strings), atomically."""
+    if fmt == "jsonl":
+        write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        return
+    import pandas as pd
+
+    flat = [{k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in r.items()} for r in rows]
+    with atomic_path(path) as tmp:
+        pd.DataFrame(flat).to_parquet(tmp, index=False)
+
+
+def export_campaign(
+    session: Session, campaign: StarCampaign, out: Path, fmt: str = "jsonl", machine: MachineRows = "exclude"
+) -> dict[str, int]:
+    """Write ``OUT/{instructions,dialogues,annotations}.{jsonl,parquet}``; returns the row counts."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    tables = campaign_tables(session, campaign, machine)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, rows in tables.items():
+        write_table(rows, out / f"{name}.{fmt}", fmt)
+    return {name: len(rows) for name, rows in tables.items()}
+
+
+def _hh_turns(text: str, path: Path, line: int) -> list[dict[str, Any]]:
+    turns = []
+    for chunk in text.split("\n\nHuman:")[1:]:
+        human, _, assistant = chunk.partition("\n\nAssistant:")
+        turns.append({"index": len(turns), "role": "user", "text": human.strip(), "created_at": None})
+        if assistant.strip():
+            turns.append(
+                {"index": len(turns), "role": "assistant", "text": assistant.strip(), "created_at": None}
+            )
+    if not turns:
+        raise input_error(path, line, "chosen", text[:60], "holds no '\\n\\nHuman:' turn")
+    return turns
+
+
+def import_hh_rlhf(
+    path: str | Path, side: str = "rejected", limit: int | None = None
+) -> list[dict[str, Any]]:
+    """HH-RLHF rows ({"chosen", "rejected"} transcripts, .jsonl or .jsonl.gz) as dialogue rows."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows: list[dict[str, Any]] = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if limit is not None and len(rows) >= limit:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise input_error(
+                        path, line_number, "(line)", line[:60], f"is not JSON ({exc.msg})"
+                    ) from None
+                if not isinstance(record, dict) or not isinstance(record.get(side), str):
+                    raise input_error(path, line_number, side, record, "must be a transcript string")
+                rows.append(
+                    {
+                        "campaign": None,
+                        "dialogue_id": f"hh-rlhf-{line_number}",
+                        "source": "hh-rlhf",
+                        "instruction_id": None,
+                        "rule_id": None,
+                        "group_label": "",
+                        "red_teamer": None,
+                        "topic": "",
+                        "target_model": f"hh-rlhf:{side}",
+                        "machine": False,
+                        "started_at": None,
+                        "finished_at": None,
+                        "pre_annotation": {},
+                        "turns": _hh_turns(record[side], path, line_number),
+                    }
+                )
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return rows

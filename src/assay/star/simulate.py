@@ -1,0 +1,237 @@
+"""Rehearse a campaign end to end without people: LLM red teamers, a target model, LLM annotators and
+arbitrators, all through the real assignment engine (claims, matching, arbitration), all marked machine-made.
+
+Machine personas cover every combination of the spec's demographic attributes (so every in-group and
+out-group requirement can be met) and every expertise the rules need. Work runs in phases, batched per
+model call: red teaming (topic first, then ``turns`` exchanges), annotation, arbitration.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from assay.models.base import ChatModel, GenerationParams
+from assay.star import agents
+from assay.star.assign import (
+    add_instructions,
+    arbitration_view,
+    claim_next,
+    create_campaign,
+    shortfalls,
+    submit_annotation,
+    submit_dialogue,
+)
+from assay.star.design import draw_design
+from assay.star.spec import CampaignSpec
+from assay.store.models import utcnow
+from assay.store.star_models import StarCampaign, StarDialogue, StarParticipant, StarTask
+
+PERSONA_PREFIX = "llm-persona-"
+
+
+@dataclass
+class SimulationSummary:
+    """What a rehearsal produced."""
+
+    campaign: str
+    dialogues: int = 0
+    annotations: int = 0
+    arbitrations: int = 0
+    unparsed_ratings: int = 0
+    shortfalls: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Agents:
+    """The models a rehearsal uses; one model may play several parts."""
+
+    target: ChatModel
+    red_teamer: ChatModel
+    annotator: ChatModel
+    params: GenerationParams = field(default_factory=lambda: GenerationParams(max_new_tokens=64))
+
+
+def add_personas(session: Session, campaign: StarCampaign, spec: CampaignSpec) -> list[int]:
+    """Machine personas for every combination of attribute values, with every role and expertise.
+
+    Each combination gets ``annotators_per_dialogue + 2`` personas: an in-group dialogue needs its red teamer,
+    its annotators and an arbitrator from the same group, all different people.
+    """
+    attributes = sorted(spec.demographics.attributes)
+    expertise = sorted({tag for rule in spec.rules for tag in rule.expertise})
+    combos = itertools.product(*(spec.demographics.attributes[a] for a in attributes)) if attributes else [()]
+    copies = spec.annotators_per_dialogue + 2
+    people = []
+    for number, values in enumerate(v for v in combos for _ in range(copies)):
+        demographics = {a: [v] for a, v in zip(attributes, values, strict=True)}
+        label = ", ".join(values) or "no demographics"
+        people.append(
+            StarParticipant(
+                campaign_id=campaign.id,
+                external_id=f"{PERSONA_PREFIX}{number + 1:04d}",
+                name=f"LLM persona ({label})",
+                demographics=demographics,
+                expertise=expertise,
+                roles=["red_teamer", "annotator", "arbitrator"],
+                daily_cap=1_000_000,
+            )
+        )
+    session.add_all(people)
+    session.flush()
+    return [p.id for p in people]
+
+
+def claim_all(
+    sessions: sessionmaker[Session], people: list[int], kind: str, limit: int | None = None
+) -> list[int]:
+    """Claim tasks of ``kind`` round-robin over ``people`` until nobody can claim more (or ``limit``)."""
+    claimed: list[int] = []
+    while limit is None or len(claimed) < limit:
+        got = [
+            t
+            for p in people
+            if (limit is None or len(claimed) < limit) and (t := claim_next(sessions, p, kind))
+        ]
+        if not got:
+            break
+        claimed += [t for t in got if t is not None]
+    return claimed
+
+
+def _red_team(
+    sessions: sessionmaker[Session],
+    spec: CampaignSpec,
+    models: Agents,
+    tasks: list[int],
+    turns: int,
+    seeds: list[str],
+    summary: SimulationSummary,
+) -> None:
+    with sessions() as session:
+        instructions = [session.get_one(StarTask, t).instruction.text for t in tasks]
+    seed_for = [seeds[i % len(seeds)] if seeds else None for i in range(len(tasks))]
+    topics = models.red_teamer.chat(
+        [agents.topic_prompt(text, seed) for text, seed in zip(instructions, seed_for, strict=True)],
+        models.params,
+    )
+    topics = [t.strip().splitlines()[0][:200] if t.strip() else "(no topic)" for t in topics]
+    dialogues: list[list[tuple[str, str, datetime]]] = [[] for _ in tasks]
+    for _ in range(turns):
+        views = [[(r, x) for r, x, _ in d] for d in dialogues]
+        attacks = models.red_teamer.chat(
+            [agents.red_team_prompt(i, t, v) for i, t, v in zip(instructions, topics, views, strict=True)],
+            models.params,
+        )
+        for d, text in zip(dialogues, attacks, strict=True):
+            d.append(("user", text.strip() or "(empty)", utcnow()))
+        replies = models.target.chat(
+            [agents.target_prompt([(r, x) for r, x, _ in d]) for d in dialogues], models.params
+        )
+        for d, text in zip(dialogues, replies, strict=True):
+            d.append(("assistant", text.strip(), utcnow()))
+    with sessions.begin() as session:
+        for task_id, topic, turns_ in zip(tasks, topics, dialogues, strict=True):
+            pre = {
+                "assigned_rule_broken": None,
+                "other_rules_broken": [],
+                "groups_mentioned": agents.groups_mentioned([(r, x) for r, x, _ in turns_], spec),
+            }
+            submit_dialogue(session, task_id, topic, turns_, models.target.model_id, pre, machine=True)
+            summary.dialogues += 1
+
+
+def _dialogue_of(session: Session, task_id: int) -> tuple[str, list[tuple[str, str]]]:
+    task = session.get_one(StarTask, task_id)
+    dialogue = session.get_one(StarDialogue, task.dialogue_id)
+    return task.rule_id, [(turn.role, turn.text) for turn in dialogue.turns]
+
+
+def _annotate(
+    sessions: sessionmaker[Session],
+    spec: CampaignSpec,
+    models: Agents,
+    tasks: list[int],
+    summary: SimulationSummary,
+) -> None:
+    with sessions() as session:
+        views = [_dialogue_of(session, t) for t in tasks]
+    prompts = [agents.annotation_prompt(spec, spec.rule(rule), turns) for rule, turns in views]
+    _rate(sessions, spec, models, tasks, prompts, summary)
+    summary.annotations += len(tasks)
+
+
+def _arbitrate(
+    sessions: sessionmaker[Session],
+    spec: CampaignSpec,
+    models: Agents,
+    tasks: list[int],
+    summary: SimulationSummary,
+) -> None:
+    with sessions() as session:
+        views = [arbitration_view(session, t) for t in tasks]
+    prompts = [
+        agents.arbitration_prompt(
+            spec, spec.rule(v.rule_id), v.turns, [(r.rating, r.reason) for r in v.ratings]
+        )
+        for v in views
+    ]
+    _rate(sessions, spec, models, tasks, prompts, summary)
+    summary.arbitrations += len(tasks)
+
+
+def _rate(
+    sessions: sessionmaker[Session],
+    spec: CampaignSpec,
+    models: Agents,
+    tasks: list[int],
+    prompts: list,
+    summary: SimulationSummary,
+) -> None:
+    replies = models.annotator.chat(prompts, models.params) if prompts else []
+    for task_id, reply in zip(tasks, replies, strict=True):
+        parsed = agents.parse_rating(reply, spec)
+        summary.unparsed_ratings += not parsed.parsed
+        submit_annotation(sessions, task_id, parsed.rating, parsed.reason, machine=True)
+
+
+def simulate(
+    sessions: sessionmaker[Session],
+    spec: CampaignSpec,
+    models: Agents,
+    count: int,
+    seed: int = 0,
+    turns: int = 2,
+    seed_source: str | None = None,
+    campaign_name: str | None = None,
+    on_phase: Callable[[str, int], None] | None = None,
+) -> SimulationSummary:
+    """Design ``count`` instructions, then red team, annotate and arbitrate them with the agents."""
+    name = campaign_name or f"{spec.name}-simulated"
+    with sessions.begin() as session:
+        campaign = create_campaign(session, spec.model_copy(update={"name": name}), seed=seed)
+        add_instructions(session, campaign, draw_design(spec, count, seed))
+        people = add_personas(session, campaign, spec)
+        campaign_id = campaign.id
+    seeds = agents.seed_topics(seed_source) if seed_source else []
+    summary = SimulationSummary(campaign=name)
+    phases: list[tuple[str, Callable[[list[int]], None]]] = [
+        ("red_team", lambda ts: _red_team(sessions, spec, models, ts, turns, seeds, summary)),
+        ("annotate", lambda ts: _annotate(sessions, spec, models, ts, summary)),
+        ("arbitrate", lambda ts: _arbitrate(sessions, spec, models, ts, summary)),
+    ]
+    for kind, run in phases:
+        while tasks := claim_all(sessions, people, kind):
+            if on_phase is not None:
+                on_phase(kind, len(tasks))
+            run(tasks)
+    with sessions.begin() as session:
+        missing = shortfalls(session, session.get_one(StarCampaign, campaign_id))
+    summary.shortfalls = [
+        f"{m.kind} {m.group_label or '(no group)'} {m.requirement}: {m.tasks}" for m in missing
+    ]
+    return summary
