@@ -15,12 +15,12 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta
 from jinja2.sandbox import SandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from assay.errors import UserError, validation_error
+from assay.errors import UserError
+from assay.yamlfile import load_yaml_model
 
 Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_. -]*$")]
 Value = Annotated[str, Field(min_length=1, max_length=200)]
@@ -168,18 +168,4 @@ def render(source: str, context: dict[str, Any]) -> str:
 
 def load_spec(path: str | Path) -> CampaignSpec:
     """Read and validate a campaign spec from YAML; every problem is a one-line ``UserError``."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the campaign spec ({exc.strerror or exc})") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from exc
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a campaign spec must be a YAML mapping")
-    try:
-        return CampaignSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, path) from exc
+    return load_yaml_model(path, CampaignSpec, "campaign spec")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -22,7 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from assay.errors import UserError, validation_error
+from assay.errors import validation_error
+from assay.yamlfile import load_yaml_model
 from assay.zoo.architectures import ARCHITECTURES, WIDTH_RANGE
 from assay.zoo.datasets import DATASETS
 from assay.zoo.triggers import KINDS
@@ -119,23 +119,4 @@ def with_overrides(config: RoundConfig, **overrides: object) -> RoundConfig:
 
 def load_round_config(path: str | Path) -> RoundConfig:
     """Read and validate a round config from YAML; any problem is a one-line ``UserError`` naming the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the round config ({exc.strerror or exc})") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = str(getattr(exc, "problem", None) or "invalid YAML")
-        raise UserError(f"{path}{line}: not valid YAML ({problem})") from exc
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a round config must be a YAML mapping of fields, got {type(raw).__name__}")
-    try:
-        return RoundConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, path) from exc
+    return load_yaml_model(path, RoundConfig, "round config")
