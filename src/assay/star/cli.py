@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -19,10 +20,12 @@ from assay.star.assign import add_instructions, create_campaign, get_campaign, s
 from assay.star.design import DesignTable, design_table, draw_design, read_instructions, write_instructions
 from assay.star.exchange import export_campaign, import_hh_rlhf, write_table
 from assay.star.participants import import_pool
+from assay.star.ratings import read_rating_table
 from assay.star.simulate import Agents
 from assay.star.simulate import simulate as run_simulation
 from assay.star.spec import CampaignSpec, load_spec
 from assay.star.status import campaign_status
+from assay.stats.agreement import bootstrap_alpha_ci, krippendorff_alpha, percent_agreement
 from assay.store import open_store
 from assay.terminal import progress_bar
 
@@ -293,3 +296,52 @@ def import_command(
     rows = import_hh_rlhf(source, side, limit)
     write_table(rows, out, "jsonl")
     console.print(f"{len(rows)} dialogues written to {out}", highlight=False)
+
+
+@app.command()
+def agreement(
+    ratings: Path = typer.Argument(..., help="CSV: one row per unit, one column per coder, blank = missing."),
+    level: str = typer.Option(..., "--level", help="nominal, ordinal, interval or ratio."),
+    n_boot: int = typer.Option(
+        1000, "--bootstrap", min=0, max=100_000, help="Bootstrap replicates (0: none)."
+    ),
+    seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap seed."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Krippendorff's alpha (with a 95% bootstrap interval) and pairwise percent agreement for any table.
+
+    Example: assay star agreement ratings.csv --level ordinal --json
+    """
+    if level not in ("nominal", "ordinal", "interval", "ratio"):
+        raise UserError(f"--level must be nominal, ordinal, interval or ratio, got {level!r}")
+    units, coders, data = read_rating_table(ratings)
+    try:
+        alpha = krippendorff_alpha(data, level)  # type: ignore[arg-type]
+        interval = bootstrap_alpha_ci(data, level, n_boot=n_boot, seed=seed) if n_boot else None  # type: ignore[arg-type]
+        agreement_share = percent_agreement(data)
+    except ValueError as exc:
+        raise UserError(f"{ratings}: {exc}") from None
+    pairable = int(((~np.isnan(data)).sum(axis=0) >= 2).sum())
+    record = {
+        "level": level,
+        "alpha": alpha,
+        "units": len(units),
+        "pairable_units": pairable,
+        "coders": len(coders),
+        "ci95": [interval.low, interval.high] if interval else None,
+        "bootstrap": interval.n_boot if interval else 0,
+        "percent_agreement": agreement_share,
+    }
+    if json_out:
+        console.print_json(json.dumps(record))
+        return
+    ci = (
+        f" (95% bootstrap interval {interval.low:.3f} to {interval.high:.3f}, {interval.n_boot} replicates)"
+        if interval
+        else ""
+    )
+    console.print(
+        f"Krippendorff's alpha ({level}) = {alpha:.4f}{ci}; {pairable} pairable units of {len(units)}, "
+        f"{len(coders)} coders; pairwise percent agreement {agreement_share:.3f}",
+        highlight=False,
+    )
