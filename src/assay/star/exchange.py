@@ -3,9 +3,10 @@
 Export writes three tables (see ``docs/star.md`` for every field):
 
 * ``instructions``: campaign, id, number, rule_id, rule_area, group, group_label, parameters, template, text;
-* ``dialogues``: campaign, dialogue_id, source, instruction_id, rule_id, group_label, red_teamer, topic,
+* ``dialogues``: campaign, dialogue_id, source, instruction_id, rule_id, group_label, red_teamer,
+  red_teamer_relation (in-group, out-group or none), topic,
   target_model, machine, started_at, finished_at, pre_annotation, turns [{index, role, text, created_at}];
-* ``annotations``: campaign, annotation_id, dialogue_id, annotator, kind (annotate or arbitrate), ablation,
+* ``annotations``: campaign, annotation_id, dialogue_id, annotator, annotator_relation, kind, ablation,
   rating (0-based), label, broken, reason, machine, created_at. Arbitrations are rows of kind arbitrate; every
   annotation is kept.
 
@@ -27,7 +28,7 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError, input_error
 from assay.fileio import atomic_path, write_text_atomic
 from assay.star.assign import campaign_spec, list_annotations, list_dialogues
-from assay.store.star_models import StarCampaign, StarInstruction, StarParticipant
+from assay.store.star_models import StarCampaign, StarInstruction, StarParticipant, StarTask
 
 MachineRows = Literal["exclude", "include", "only"]
 FORMATS = ("jsonl", "parquet")
@@ -47,6 +48,25 @@ def _people(session: Session, campaign: StarCampaign) -> dict[int, str]:
     return dict(rows.tuples().all())
 
 
+_RELATION = {True: "in-group", False: "out-group", None: "none"}
+
+
+def _relations(session: Session, campaign: StarCampaign) -> dict[tuple[str, int], str]:
+    """How each red teamer and annotator stood to the dialogue's target group, from their task's requirement:
+    ("red_team", dialogue id) and ("task", task id) -> in-group, out-group or none."""
+    rows = session.execute(
+        select(StarTask.id, StarTask.kind, StarTask.dialogue_id, StarTask.in_group).where(
+            StarTask.campaign_id == campaign.id
+        )
+    )
+    found: dict[tuple[str, int], str] = {}
+    for task_id, kind, dialogue_id, in_group in rows:
+        found["task", task_id] = _RELATION[in_group]
+        if kind == "red_team" and dialogue_id is not None:
+            found["red_team", dialogue_id] = _RELATION[in_group]
+    return found
+
+
 def campaign_tables(
     session: Session, campaign: StarCampaign, machine: MachineRows = "exclude"
 ) -> dict[str, list]:
@@ -62,6 +82,7 @@ def campaign_tables(
     keep = _MACHINE_FILTER[machine]
     dialogues = list_dialogues(session, campaign, machine=keep)
     annotations = list_annotations(session, campaign, machine=keep, ablation=None)
+    relation = _relations(session, campaign)
     return {
         "instructions": [
             {
@@ -87,6 +108,7 @@ def campaign_tables(
                 "rule_id": by_row[d.instruction_id].rule_id,
                 "group_label": by_row[d.instruction_id].group_label,
                 "red_teamer": people.get(d.red_teamer_id),
+                "red_teamer_relation": relation.get(("red_team", d.id), "none"),
                 "topic": d.topic,
                 "target_model": d.target_model,
                 "machine": d.machine,
