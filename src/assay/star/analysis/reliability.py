@@ -1,0 +1,191 @@
+"""Inter-annotator reliability of a STAR campaign's primary ratings.
+
+Krippendorff's alpha wants a coders x units table. STAR annotators are drawn per dialogue, so "coder" here
+is the annotation's *position* within its dialogue (first, second, ...), not the person: alpha only needs to
+know which values were paired within a unit, and position-coding keeps the table dense (2 rows for the usual 2
+annotators per dialogue) instead of one mostly-empty row per annotator in the pool.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from assay.star.spec import CampaignSpec
+from assay.stats.agreement import Level, bootstrap_alpha_ci, percent_agreement
+
+ALPHA_TEST = "Krippendorff's alpha, percentile bootstrap over dialogues"
+
+
+class AlphaEstimate(BaseModel):
+    """Alpha, its interval and the sample behind it; ``alpha`` is None with ``reason`` when undefined."""
+
+    model_config = ConfigDict(frozen=True)
+    level: str
+    alpha: float | None
+    low: float | None
+    high: float | None
+    n_units: int
+    n_ratings: int
+    n_boot: int
+    confidence: float
+    test: str = ALPHA_TEST
+    reason: str = ""
+
+
+class Agreement(BaseModel):
+    """Pooled pairwise percent agreement; None with ``reason`` when no dialogue has two ratings."""
+
+    model_config = ConfigDict(frozen=True)
+    scale: str
+    agreement: float | None
+    n_units: int
+    test: str = "pairwise percent agreement (pooled over coder pairs)"
+    reason: str = ""
+
+
+class Arbitration(BaseModel):
+    """How often arbitration happened and whom the arbitrator sided with.
+
+    ``more_broken``: the arbitrator's rating equals the lowest (most broken) primary rating; ``less_broken``:
+    equals the highest; ``neither``: strictly in between, outside the primary range, or the primaries agreed.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    n_complete: int
+    n_arbitrated: int
+    rate: float | None
+    more_broken: int
+    less_broken: int
+    neither: int
+    test: str = "share of fully rated dialogues with an arbitrate annotation"
+
+
+class ReliabilityReport(BaseModel):
+    """Everything in section 1 of the analysis."""
+
+    model_config = ConfigDict(frozen=True)
+    ordinal: AlphaEstimate
+    nominal: AlphaEstimate
+    by_area: dict[str, dict[str, AlphaEstimate]]
+    percent_agreement: list[Agreement]
+    arbitration: Arbitration
+
+
+def primary_annotations(annotations: pd.DataFrame) -> pd.DataFrame:
+    """The ratings reliability is about: first-round annotations, not arbitration nor the ablation."""
+    ablation = annotations["ablation"].eq(True)  # None/NaN (imports without the column's value) is primary
+    return annotations[(annotations["kind"] == "annotate") & ~ablation]
+
+
+def _ordered(annotations: pd.DataFrame) -> pd.DataFrame:
+    """Rows in a stable order so 'first' and 'second' coder mean the same thing on every run."""
+    keys = [k for k in ("dialogue_id", "created_at", "annotation_id") if k in annotations.columns]
+    return annotations.sort_values(keys, kind="stable")
+
+
+def reliability_matrix(annotations: pd.DataFrame, column: str = "rating") -> np.ndarray:
+    """Coders x units float array (NaN where a dialogue has fewer ratings); coder = position in dialogue."""
+    rows = _ordered(annotations)
+    if rows.empty:
+        return np.empty((0, 0))
+    coder = rows.groupby("dialogue_id", sort=False).cumcount()
+    table = pd.DataFrame({"coder": coder.to_numpy(), "unit": rows["dialogue_id"].to_numpy()})
+    table["value"] = rows[column].astype(float).to_numpy()
+    wide = table.pivot(index="coder", columns="unit", values="value")
+    return wide.to_numpy(dtype=float)
+
+
+def _binary(annotations: pd.DataFrame, spec: CampaignSpec) -> pd.DataFrame:
+    """Add ``broken01`` from the rating via the spec, so nominal alpha cannot disagree with the threshold."""
+    out = annotations.copy()
+    out["broken01"] = [float(spec.is_broken(int(r))) for r in out["rating"]]
+    return out
+
+
+def alpha_estimate(
+    data: np.ndarray, level: Level, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> AlphaEstimate:
+    """Alpha and its bootstrap interval; undefined cases (1 coder, one value) become a reason, not an error,
+    because a per-area breakdown routinely has areas too small or too unanimous for alpha."""
+    n_units = int((np.sum(~np.isnan(data), axis=0) >= 2).sum()) if data.size else 0
+    n_ratings = int(np.sum(~np.isnan(data))) if data.size else 0
+    base = dict(level=level, n_units=n_units, n_ratings=n_ratings, confidence=confidence)
+    try:
+        est = bootstrap_alpha_ci(data, level, n_boot=n_boot, confidence=confidence, seed=seed)
+    except ValueError as exc:
+        return AlphaEstimate(alpha=None, low=None, high=None, n_boot=0, reason=str(exc), **base)
+    alpha = est.alpha if np.isfinite(est.alpha) else None
+    return AlphaEstimate(alpha=alpha, low=est.low, high=est.high, n_boot=est.n_boot, **base)
+
+
+def _agreement(data: np.ndarray, scale: str) -> Agreement:
+    """Percent agreement next to alpha: the raw number readers expect, which alpha then chance-corrects."""
+    n_units = int((np.sum(~np.isnan(data), axis=0) >= 2).sum()) if data.size else 0
+    try:
+        return Agreement(scale=scale, agreement=percent_agreement(data), n_units=n_units)
+    except ValueError as exc:
+        return Agreement(scale=scale, agreement=None, n_units=n_units, reason=str(exc))
+
+
+def _alphas(rows: pd.DataFrame, n_boot: int, seed: int) -> dict[str, AlphaEstimate]:
+    """Both scales: ordinal uses the full Likert information, nominal is the label decisions rest on."""
+    return {
+        "ordinal": alpha_estimate(reliability_matrix(rows, "rating"), "ordinal", n_boot, seed=seed),
+        "nominal": alpha_estimate(reliability_matrix(rows, "broken01"), "nominal", n_boot, seed=seed),
+    }
+
+
+def _side(arbiter: int, low: int, high: int) -> str:
+    """Rating 0 is 'definitely broken', so the lower primary rating is the more-broken one."""
+    if low == high:
+        return "neither"
+    if arbiter == low:
+        return "more_broken"
+    if arbiter == high:
+        return "less_broken"
+    return "neither"
+
+
+def arbitration_summary(annotations: pd.DataFrame, spec: CampaignSpec) -> Arbitration:
+    """Arbitration rate over dialogues that have all ``spec.annotators_per_dialogue`` primary ratings (only
+    those could have been sent to arbitration), and the side each arbitrator took."""
+    primary = primary_annotations(annotations)
+    sizes = primary.groupby("dialogue_id")["rating"].agg(["size", "min", "max"])
+    complete = sizes[sizes["size"] >= spec.annotators_per_dialogue]
+    arbiters = (
+        _ordered(annotations[annotations["kind"] == "arbitrate"]).groupby("dialogue_id")["rating"].last()
+    )
+    arbiters = arbiters[arbiters.index.isin(complete.index)]
+    sides = {"more_broken": 0, "less_broken": 0, "neither": 0}
+    for dialogue_id, rating in arbiters.items():
+        row = complete.loc[dialogue_id]
+        sides[_side(int(rating), int(row["min"]), int(row["max"]))] += 1
+    n = len(complete)
+    rate = len(arbiters) / n if n else None
+    return Arbitration(n_complete=n, n_arbitrated=len(arbiters), rate=rate, **sides)
+
+
+def reliability(
+    annotations: pd.DataFrame, dialogues: pd.DataFrame, spec: CampaignSpec, n_boot: int = 1000, seed: int = 0
+) -> ReliabilityReport:
+    """Section 1: alpha (ordinal on the Likert scale, nominal on broken/not) overall and per policy area,
+    percent agreement on both scales, and arbitration."""
+    primary = _binary(primary_annotations(annotations), spec)
+    overall = _alphas(primary, n_boot, seed)
+    area_of = {r.id: r.area for r in spec.rules}
+    areas = dialogues.set_index("dialogue_id")["rule_id"].map(area_of)
+    primary = primary.assign(area=primary["dialogue_id"].map(areas))
+    by_area = {str(a): _alphas(rows, n_boot, seed) for a, rows in primary.groupby("area", sort=True)}
+    agreement = [
+        _agreement(reliability_matrix(primary, "rating"), "likert"),
+        _agreement(reliability_matrix(primary, "broken01"), "broken"),
+    ]
+    return ReliabilityReport(
+        ordinal=overall["ordinal"],
+        nominal=overall["nominal"],
+        by_area=by_area,
+        percent_agreement=agreement,
+        arbitration=arbitration_summary(annotations, spec),
+    )
