@@ -119,3 +119,29 @@ def test_smollm2_rehearsal(tmp_path: Path) -> None:
         dialogues = list_dialogues(session, get_campaign(session, summary.campaign), machine=True)
         assert all(d.turns[1].text for d in dialogues)  # the target answered something
         assert all(d.target_model.startswith("hf:") for d in dialogues)
+
+
+def test_analysis_runs_on_a_rehearsed_campaign_export(tmp_path: Path, scripted) -> None:
+    """The analysis core reads the real export tables (a machine rehearsal, exported with machine rows)."""
+    import pandas as pd
+
+    from assay.star.analysis.coverage import coverage
+    from assay.star.analysis.groups import in_group_annotation
+    from assay.star.analysis.reliability import reliability
+    from assay.star.exchange import campaign_tables
+
+    spec = load_spec(EXAMPLE)
+    sessions = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    summary = simulate(sessions, spec, Agents(scripted, scripted, scripted), count=24, seed=5, turns=1)
+    with sessions() as session:
+        tables = campaign_tables(session, get_campaign(session, summary.campaign), machine="only")
+    frames = {name: pd.DataFrame(rows) for name, rows in tables.items()}
+    relations = set(frames["annotations"]["annotator_relation"])
+    assert "in-group" in relations and relations <= {"in-group", "out-group", "none"}
+    report = reliability(frames["annotations"], frames["dialogues"], spec, n_boot=50)
+    assert report is not None
+    comparisons = in_group_annotation(frames["annotations"], frames["dialogues"], spec)
+    assert comparisons  # overall first, then per rule
+    tables_ = coverage(frames["instructions"], frames["dialogues"])
+    by_rule = next(t for t in tables_ if t.dimension == "rule")
+    assert sum(cell.achieved for cell in by_rule.cells) == 24

@@ -128,6 +128,7 @@ def campaign_tables(
                 "annotation_id": a.id,
                 "dialogue_id": a.dialogue_id,
                 "annotator": people.get(a.annotator_id),
+                "annotator_relation": relation.get(("task", a.task_id), "none"),
                 "kind": a.kind,
                 "ablation": a.ablation,
                 "rating": a.rating,
