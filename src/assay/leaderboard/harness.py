@@ -135,18 +135,21 @@ def run_models(
     tasks = [
         detector_task(context["artifact"], context["models_path"] / m, context["limits"], hide) for m in todo
     ]
+    noted: set[str] = set()
+
+    def done(result: TaskResult) -> None:
+        if result.isolation not in noted:  # one log line per isolation level, not one write per model
+            noted.add(result.isolation)
+            _note(sessions, job_id, f"isolation: {result.isolation}")
+        _record(sessions, job_id, result)
+        if on_model is not None:
+            on_model(result.key)
+
     start = time.monotonic()
     for i in range(0, len(tasks), chunk):
         if time.monotonic() - start > context["total_timeout_s"]:
             _note(sessions, job_id, f"total time limit of {context['total_timeout_s']:g} s reached")
             return False
-
-        def done(result: TaskResult) -> None:
-            _note(sessions, job_id, f"isolation: {result.isolation}")
-            _record(sessions, job_id, result)
-            if on_model is not None:
-                on_model(result.key)
-
         executor.map(tasks[i : i + chunk], done)
     return True
 
