@@ -126,3 +126,24 @@ def test_import_hh_rlhf(tmp_path: Path, monkeypatch, capsys) -> None:
     bad.write_text('{"chosen": "no turns here", "rejected": "none"}\n')
     code, _, err = run(["import", str(bad), "--out", str(tmp_path / "o.jsonl")], monkeypatch, capsys)
     assert code == 2 and "bad.jsonl:1" in err and not (tmp_path / "o.jsonl").exists()
+
+
+def test_import_prompt_lines(tmp_path: Path, monkeypatch, capsys) -> None:
+    from assay.assets import asset_path
+
+    out = tmp_path / "harmbench.jsonl"
+    source = asset_path("harmbench")
+    code, stdout, _ = run(
+        ["import", str(source), "--format", "lines", "--out", str(out), "--limit", "40"], monkeypatch, capsys
+    )
+    assert code == 0 and "40 dialogues" in stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    first = next(line.strip() for line in source.read_text().splitlines() if line.strip())
+    assert rows[0]["turns"] == [{"index": 0, "role": "user", "text": first, "created_at": None}]
+    assert {r["source"] for r in rows} == {"harmbench_prompts"}
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    code, _, err = run(
+        ["import", str(empty), "--format", "lines", "--out", str(tmp_path / "o.jsonl")], monkeypatch, capsys
+    )
+    assert code == 2 and "empty.txt" in err and not (tmp_path / "o.jsonl").exists()

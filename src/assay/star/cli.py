@@ -16,9 +16,17 @@ from rich.table import Table
 from assay.errors import UserError
 from assay.models import load_model
 from assay.models.base import GenerationParams
-from assay.star.assign import add_instructions, create_campaign, get_campaign, shortfalls
+from assay.star.assign import add_instructions, campaign_spec, create_campaign, get_campaign, shortfalls
 from assay.star.design import DesignTable, design_table, draw_design, read_instructions, write_instructions
-from assay.star.exchange import export_campaign, import_hh_rlhf, write_table
+from assay.star.exchange import (
+    campaign_tables,
+    export_campaign,
+    import_hh_rlhf,
+    import_lines,
+    read_export,
+    read_table,
+    write_table,
+)
 from assay.star.participants import import_pool
 from assay.star.ratings import read_rating_table
 from assay.star.simulate import Agents
@@ -281,7 +289,7 @@ def export_command(
 def import_command(
     source: Path = typer.Argument(..., help="External dialogues, e.g. HH-RLHF harmless-base-test.jsonl.gz."),
     out: Path = typer.Option(..., "--out", "-o", help="Dialogues JSONL in the export schema."),
-    fmt: str = typer.Option("hh-rlhf", "--format", help="hh-rlhf."),
+    fmt: str = typer.Option("hh-rlhf", "--format", help="hh-rlhf, or lines (one prompt per line)."),
     side: str = typer.Option("rejected", "--side", help="HH-RLHF transcript: chosen or rejected."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N rows."),
 ) -> None:
@@ -289,11 +297,11 @@ def import_command(
 
     Example: assay star import ../shared/data/hh-rlhf/harmless-base-test.jsonl.gz --out hh.jsonl
     """
-    if fmt != "hh-rlhf":
-        raise UserError(f"unknown import format {fmt!r}; supported: hh-rlhf")
+    if fmt not in ("hh-rlhf", "lines"):
+        raise UserError(f"unknown import format {fmt!r}; supported: hh-rlhf, lines")
     if side not in ("chosen", "rejected"):
         raise UserError(f"--side must be chosen or rejected, got {side!r}")
-    rows = import_hh_rlhf(source, side, limit)
+    rows = import_hh_rlhf(source, side, limit) if fmt == "hh-rlhf" else import_lines(source, limit=limit)
     write_table(rows, out, "jsonl")
     console.print(f"{len(rows)} dialogues written to {out}", highlight=False)
 
@@ -345,3 +353,94 @@ def agreement(
         f"{len(coders)} coders; pairwise percent agreement {agreement_share:.3f}",
         highlight=False,
     )
+
+
+def _report_inputs(
+    campaign: str | None, export: Path | None, spec_path: Path | None, machine: str
+) -> tuple[CampaignSpec, dict]:
+    """The spec and export tables, from the database (CAMPAIGN) or an export folder (--export)."""
+    import pandas as pd
+
+    if (campaign is None) == (export is None):
+        raise UserError("give either a CAMPAIGN name (from the database) or --export FOLDER, not both")
+    given = load_spec(spec_path) if spec_path else None
+    if export is not None:
+        return read_export(export, given)
+    if machine not in ("exclude", "include", "only"):
+        raise UserError(f"--machine must be exclude, include or only, got {machine!r}")
+    with open_store()() as session:
+        found = get_campaign(session, campaign)
+        tables = campaign_tables(session, found, machine)  # type: ignore[arg-type]
+        spec = given or campaign_spec(found)
+    return spec, {name: pd.DataFrame(rows) for name, rows in tables.items()}
+
+
+@app.command()
+def report(
+    campaign: str | None = typer.Argument(None, help="Campaign name in the database (or use --export)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for report.html, summary.json and tables/."),
+    export: Path | None = typer.Option(None, "--export", help="An `assay star export` folder instead."),
+    spec_path: Path | None = typer.Option(None, "--spec", help="Campaign spec YAML (default: stored one)."),
+    compare: list[Path] = typer.Option(
+        [],
+        "--compare",
+        help="External dialogues (`assay star import`) for the thematic map; repeatable.",
+    ),
+    machine: str = typer.Option("exclude", "--machine", help="exclude, include or only machine-made rows."),
+    embedder_name: str = typer.Option(
+        "minilm", "--embedder", help="minilm, hashing, module:attribute, or none to skip the map."
+    ),
+    clusters: int = typer.Option(20, "--clusters", min=2, max=200, help="Ward clusters on the map."),
+    neighbours: int = typer.Option(5, "--neighbours", min=2, max=200, help="UMAP neighbours."),
+    per_source: int | None = typer.Option(
+        None, "--per-source", min=3, help="Dialogues per data set (default: the smallest set's size)."
+    ),
+    cache: Path | None = typer.Option(None, "--cache", help="Embedding cache (default ASSAY_HOME/cache)."),
+    n_boot: int = typer.Option(1000, "--bootstrap", min=0, max=100_000, help="Bootstrap replicates."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap, sampling and UMAP seed."),
+) -> None:
+    """Every analysis of a campaign: one self-contained HTML page, CSV tables and a JSON summary.
+
+    Example: assay star report demo-campaign --machine include --compare hh.jsonl --out report/
+    """
+    from assay.config import settings
+    from assay.star.analysis.embed import EmbeddingCache, make_embedder
+    from assay.star.analysis.report import ThemeOptions, build_report, write_report
+
+    spec, frames = _report_inputs(campaign, export, spec_path, machine)
+    others = [read_table(path) for path in compare]
+    themes = None
+    if embedder_name != "none":
+        cache_path = cache or settings().home / "cache" / "embeddings.sqlite"
+        themes = ThemeOptions(
+            embedder=make_embedder(embedder_name),
+            cache=EmbeddingCache(cache_path),
+            n_clusters=clusters,
+            n_neighbors=neighbours,
+            per_source=per_source,
+            seed=seed,
+        )
+    with progress_bar() as progress:
+        progress.add_task("analysing", total=None)
+        result = build_report(spec, frames, others, themes, n_boot=n_boot, seed=seed)
+    files = write_report(result, spec, out)
+    summary = result.summary
+    ordinal = summary["reliability"]["ordinal"]
+    overall = summary["in_group_annotation"][0] if summary["in_group_annotation"] else None
+    console.print(
+        f"{spec.name}: {summary['n']['dialogues']} dialogues, {summary['n']['annotations']} annotations; "
+        f"ordinal alpha {_fmt(ordinal['alpha'])} (n={ordinal['n_units']})"
+        + (
+            f"; broken in-group {_fmt(overall['in_group']['share'])} (n={overall['in_group']['n']}) vs "
+            f"out-group {_fmt(overall['out_group']['share'])} (n={overall['out_group']['n']}), "
+            f"p={_fmt(overall['p_value'])}"
+            if overall
+            else ""
+        ),
+        highlight=False,
+    )
+    console.print(f"{len(files)} files written to {out} (open {out / 'report.html'})", highlight=False)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"

@@ -20,19 +20,28 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from assay.errors import UserError, input_error
+from assay.errors import UserError, input_error, validation_error
 from assay.fileio import atomic_path, write_text_atomic
 from assay.star.assign import campaign_spec, list_annotations, list_dialogues
 from assay.store.star_models import StarCampaign, StarInstruction, StarParticipant, StarTask
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from assay.star.spec import CampaignSpec
+
 MachineRows = Literal["exclude", "include", "only"]
 FORMATS = ("jsonl", "parquet")
 _MACHINE_FILTER: dict[str, bool | None] = {"exclude": False, "include": None, "only": True}
+SPEC_FILE = "spec.json"
+TABLES = ("instructions", "dialogues", "annotations")
+# Fields that hold JSON objects or lists; Parquet stores them as JSON strings.
+NESTED = ("group", "parameters", "pre_annotation", "turns")
 
 
 def _time(value: Any) -> str | None:
@@ -165,6 +174,8 @@ def export_campaign(
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in tables.items():
         write_table(rows, out / f"{name}.{fmt}", fmt)
+    # The spec travels with the tables: the analysis needs the scale, the rules and the groups.
+    write_text_atomic(out / SPEC_FILE, campaign_spec(campaign).model_dump_json(indent=2) + "\n")
     return {name: len(rows) for name, rows in tables.items()}
 
 
@@ -180,6 +191,46 @@ def _hh_turns(text: str, path: Path, line: int) -> list[dict[str, Any]]:
     if not turns:
         raise input_error(path, line, "chosen", text[:60], "holds no '\\n\\nHuman:' turn")
     return turns
+
+
+def _external_row(source: str, number: int, turns: list[dict[str, Any]], target: str) -> dict[str, Any]:
+    """A dialogue row for data from elsewhere: no instruction, red teamer or rule of ours."""
+    return {
+        "campaign": None,
+        "dialogue_id": f"{source}-{number}",
+        "source": source,
+        "instruction_id": None,
+        "rule_id": None,
+        "group_label": "",
+        "red_teamer": None,
+        "topic": "",
+        "target_model": target,
+        "machine": False,
+        "started_at": None,
+        "finished_at": None,
+        "pre_annotation": {},
+        "turns": turns,
+    }
+
+
+def import_lines(
+    path: str | Path, source: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """A text file of prompts, one per line (e.g. HarmBench behaviours), as one-turn dialogue rows."""
+    path = Path(path)
+    name = source or path.stem
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read as UTF-8 text ({exc})") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip() and (limit is None or len(rows) < limit):
+            turn = {"index": 0, "role": "user", "text": line.strip(), "created_at": None}
+            rows.append(_external_row(name, number, [turn], ""))
+    if not rows:
+        raise UserError(f"{path}: holds no non-empty line")
+    return rows
 
 
 def import_hh_rlhf(
@@ -204,24 +255,70 @@ def import_hh_rlhf(
                     ) from None
                 if not isinstance(record, dict) or not isinstance(record.get(side), str):
                     raise input_error(path, line_number, side, record, "must be a transcript string")
-                rows.append(
-                    {
-                        "campaign": None,
-                        "dialogue_id": f"hh-rlhf-{line_number}",
-                        "source": "hh-rlhf",
-                        "instruction_id": None,
-                        "rule_id": None,
-                        "group_label": "",
-                        "red_teamer": None,
-                        "topic": "",
-                        "target_model": f"hh-rlhf:{side}",
-                        "machine": False,
-                        "started_at": None,
-                        "finished_at": None,
-                        "pre_annotation": {},
-                        "turns": _hh_turns(record[side], path, line_number),
-                    }
-                )
+                turns = _hh_turns(record[side], path, line_number)
+                rows.append(_external_row("hh-rlhf", line_number, turns, f"hh-rlhf:{side}"))
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return rows
+
+
+def _decode_nested(frame: pd.DataFrame) -> pd.DataFrame:
+    """Parquet exports carry nested fields as JSON strings; give every reader the same Python objects."""
+    for column in NESTED:
+        if column in frame.columns:
+            frame[column] = [json.loads(v) if isinstance(v, str) else v for v in frame[column]]
+    return frame
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """One export table (.jsonl or .parquet) as a DataFrame; unreadable rows are a one-line error."""
+    import pandas as pd
+
+    path = Path(path)
+    if path.suffix == ".parquet":
+        try:
+            return _decode_nested(pd.read_parquet(path))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: cannot read as Parquet ({exc})") from None
+    rows = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise input_error(path, number, "(line)", line[:60], f"is not JSON ({exc.msg})") from None
+                if not isinstance(rows[-1], dict):
+                    raise input_error(path, number, "(line)", line[:60], "must be a JSON object")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return _decode_nested(pd.DataFrame(rows))
+
+
+def _table_path(folder: Path, name: str) -> Path:
+    for fmt in FORMATS:
+        if (folder / f"{name}.{fmt}").exists():
+            return folder / f"{name}.{fmt}"
+    raise UserError(f"{folder}: no {name}.jsonl or {name}.parquet (write one with `assay star export`)")
+
+
+def read_export(
+    folder: str | Path, spec: CampaignSpec | None = None
+) -> tuple[CampaignSpec, dict[str, pd.DataFrame]]:
+    """An ``assay star export`` folder: its spec (``spec.json`` unless one is given) and the three tables."""
+    from assay.star.spec import CampaignSpec
+
+    folder = Path(folder)
+    if spec is None:
+        spec_path = folder / SPEC_FILE
+        if not spec_path.exists():
+            raise UserError(
+                f"{folder}: no {SPEC_FILE}; export with a current `assay star export` or pass --spec"
+            )
+        try:
+            spec = CampaignSpec.model_validate_json(spec_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise validation_error(exc, spec_path) from None
+    return spec, {name: read_table(_table_path(folder, name)) for name in TABLES}

@@ -1,0 +1,156 @@
+"""assay star report: one command from a campaign (database or export folder) to a self-contained HTML page,
+CSV tables and a JSON summary whose numbers equal the analysis functions' own."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from tests.conftest import SHARED_DATA
+
+from assay.cli import main
+from assay.star.analysis import in_group_annotation, reliability
+from assay.star.exchange import read_export
+from assay.star.spec import load_spec
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "star-campaign.yaml"
+HH = SHARED_DATA / "hh-rlhf" / "harmless-base-test.jsonl.gz"
+SCRIPTED = """
+import hashlib, itertools
+CALLS = itertools.count()
+
+def respond(prompts):
+    out = []
+    for p in prompts:
+        h = int(hashlib.sha256(p.encode()).hexdigest(), 16)
+        if "Scale:" in p:
+            out.append(f"Rating: {1 + (h + next(CALLS)) % 4}\\nReason: scripted verdict {h % 97}")
+        elif "Name the topic" in p:
+            out.append(["weapons for a hunting trip", "a cooking recipe", "loans and money"][h % 3])
+        elif "red teamer" in p:
+            out.append("Tell me something mean about people like that, about their money and food.")
+        else:
+            out.append("I will not help with that request about money, food or hunting.")
+    return out
+"""
+
+
+def run(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["assay", "star", *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
+@pytest.fixture
+def campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
+    """A rehearsed 30-dialogue campaign in a real SQLite file, exported (machine rows included) as Parquet."""
+    monkeypatch.setenv("ASSAY_DB_URL", f"sqlite:///{tmp_path / 'star.db'}")
+    agent = tmp_path / "agent.py"
+    agent.write_text(SCRIPTED)
+    target = f"python:{agent}:respond"
+    args = ["simulate", str(EXAMPLE), "--target", target, "-n", "30", "--turns", "1", "--seed", "2"]
+    assert run(args, monkeypatch, capsys)[0] == 0
+    code, _, err = run(
+        [
+            "export",
+            "demo-campaign-simulated",
+            "--out",
+            str(tmp_path / "export"),
+            "--format",
+            "parquet",
+            "--machine",
+            "include",
+        ],
+        monkeypatch,
+        capsys,
+    )
+    assert code == 0, err
+    return tmp_path
+
+
+def _self_contained(html: str) -> None:
+    assert "<script" not in html
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
+    images = re.findall(r'<img alt="[^"]*" src="([^"]+)"', html)
+    assert images and all(src.startswith("data:image/png;base64,") for src in images)
+
+
+def test_report_from_the_database_matches_the_analysis(campaign: Path, monkeypatch, capsys) -> None:
+    out = campaign / "report"
+    args = ["report", "demo-campaign-simulated", "--machine", "include", "--embedder", "none"]
+    code, stdout, err = run([*args, "--bootstrap", "200", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    assert "ordinal alpha" in stdout and "report.html" in stdout
+    summary = json.loads((out / "summary.json").read_text())
+    spec, frames = read_export(campaign / "export")
+    assert summary["n"]["dialogues"] == len(frames["dialogues"]) == 30
+    expected = reliability(frames["annotations"], frames["dialogues"], spec, n_boot=200, seed=0)
+    assert summary["reliability"]["ordinal"]["alpha"] == pytest.approx(expected.ordinal.alpha, abs=1e-12)
+    assert summary["reliability"]["ordinal"]["low"] == pytest.approx(expected.ordinal.low, abs=1e-12)
+    rates = in_group_annotation(frames["annotations"], frames["dialogues"], spec)
+    assert summary["in_group_annotation"][0]["in_group"]["n"] == rates[0].in_group.n
+    assert summary["themes"] == {"skipped": "no embedder chosen"}
+    html = (out / "report.html").read_text()
+    _self_contained(html)
+    for heading in ("1. Reliability", "2. In-group", "3. Red-team", "4. Group effects", "5. Coverage"):
+        assert heading in html
+    csvs = {p.stem for p in (out / "tables").glob("*.csv")}
+    assert {"reliability", "in_group_annotation", "likert_distribution", "odds_ratios", "coverage"} <= csvs
+    table = pd.read_csv(out / "tables" / "in_group_annotation.csv")
+    assert {"in_group.n", "out_group.n", "p_value", "test"} <= set(table.columns)
+
+
+def test_report_from_an_export_with_a_thematic_map(campaign: Path, monkeypatch, capsys) -> None:
+    if not HH.exists():
+        pytest.skip(f"HH-RLHF data not found at {HH} (../shared/data/hh-rlhf); this test needs it")
+    hh = campaign / "hh.jsonl"
+    assert run(["import", str(HH), "--out", str(hh), "--limit", "80"], monkeypatch, capsys)[0] == 0
+    out = campaign / "themes-report"
+    args = ["report", "--export", str(campaign / "export"), "--compare", str(hh), "--embedder", "hashing"]
+    code, _, err = run(
+        [*args, "--clusters", "4", "--bootstrap", "50", "--out", str(out)], monkeypatch, capsys
+    )
+    assert code == 0, err
+    themes = json.loads((out / "summary.json").read_text())["themes"]
+    assert themes["n_by_source"]["original"] == {"demo-campaign-simulated": 30, "hh-rlhf": 80}
+    points = pd.read_csv(out / "tables" / "themes_points.csv")
+    assert points.groupby("source").size().to_dict() == {"demo-campaign-simulated": 30, "hh-rlhf": 30}
+    assert sorted(points["cluster"].unique()) == [0, 1, 2, 3]
+    assert len(pd.read_csv(out / "tables" / "themes_clusters.csv")) == 4
+    html = (out / "report.html").read_text()
+    _self_contained(html)
+    assert "Thematic map" in html and "hashing" in html
+
+
+def test_report_bad_input_is_one_line_and_writes_nothing(campaign: Path, monkeypatch, capsys) -> None:
+    out = campaign / "never"
+    code, _, err = run(
+        ["report", "demo-campaign-simulated", "--export", str(campaign), "--out", str(out)],
+        monkeypatch,
+        capsys,
+    )
+    assert code == 2 and "not both" in err
+    code, _, err = run(["report", "--export", str(campaign), "--out", str(out)], monkeypatch, capsys)
+    assert code == 2 and "spec.json" in err and len(err.strip().splitlines()) == 1
+    broken = campaign / "broken"
+    broken.mkdir()
+    (broken / "spec.json").write_text((campaign / "export" / "spec.json").read_text())
+    for name in ("instructions", "annotations"):
+        (broken / f"{name}.parquet").write_bytes((campaign / "export" / f"{name}.parquet").read_bytes())
+    (broken / "dialogues.jsonl").write_text('{"dialogue_id": 1}\nnot json\n')
+    code, _, err = run(["report", "--export", str(broken), "--out", str(out)], monkeypatch, capsys)
+    assert code == 2 and "dialogues.jsonl:2" in err
+    assert not out.exists()
+    assert not list(campaign.glob(".never-*"))
+
+
+def test_spec_travels_with_the_export(campaign: Path) -> None:
+    spec, frames = read_export(campaign / "export")
+    assert spec == load_spec(EXAMPLE).model_copy(update={"name": "demo-campaign-simulated"})
+    assert isinstance(frames["dialogues"]["turns"].iloc[0], list)  # Parquet's JSON strings decoded
