@@ -20,6 +20,8 @@ from assay.dyepack.cli import app as dyepack_app
 from assay.errors import UserError
 from assay.leaderboard.cli import app as leaderboard_app
 from assay.star.cli import app as star_app
+from assay.web.cli import app as user_app
+from assay.web.cli import serve
 from assay.zoo.cli import app as zoo_app
 
 app = typer.Typer(
@@ -34,6 +36,8 @@ app.add_typer(dyepack_app, name="dyepack")
 app.add_typer(zoo_app, name="zoo")
 app.add_typer(leaderboard_app, name="leaderboard")
 app.add_typer(star_app, name="star")
+app.add_typer(user_app, name="user")
+app.command("serve")(serve)
 
 
 def _version(value: bool) -> None:

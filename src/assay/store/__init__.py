@@ -11,6 +11,13 @@ from assay.store.star_models import (
     StarTask,
     StarTurn,
 )
+from assay.store.web_models import (
+    WebApiToken,
+    WebInvitation,
+    WebSession,
+    WebUser,
+    WebUserParticipant,
+)
 
 __all__ = [
     "Base",
@@ -28,6 +35,11 @@ __all__ = [
     "StarTurn",
     "Submission",
     "Team",
+    "WebApiToken",
+    "WebInvitation",
+    "WebSession",
+    "WebUser",
+    "WebUserParticipant",
     "make_engine",
     "open_store",
     "upgrade",

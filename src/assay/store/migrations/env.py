@@ -2,7 +2,9 @@
 
 from alembic import context
 
-import assay.store.star_models  # noqa: F401  (registers the star_ tables on Base.metadata)
+# Imported for their side effect: registering the star_ and web_ tables on Base.metadata.
+import assay.store.star_models
+import assay.store.web_models  # noqa: F401  (both bind the name `assay`)
 from assay.store.models import Base
 
 connection = context.config.attributes["connection"]

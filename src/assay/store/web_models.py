@@ -1,0 +1,85 @@
+"""The web application's tables (accounts, sessions, API tokens, invitations), all prefixed ``web_``.
+
+Secrets never reach the database in the clear: sessions, API tokens and invitations store only the sha256
+of the random token a browser or script holds, so a leaked database cannot be replayed as a login. Passwords
+are argon2 hashes. Roles are a JSON list (a subset of ``ROLES``) because a person often holds several.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from assay.store.models import Base, Team, utcnow
+
+ROLES = ("organiser", "team_member", "red_teamer", "annotator", "arbitrator", "viewer")
+
+
+class WebUser(Base):
+    __tablename__ = "web_users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)  # 3-64 chars of [a-z0-9_.-]
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    password_hash: Mapped[str] = mapped_column(String(255))  # argon2id, PHC string
+    roles: Mapped[list[str]] = mapped_column(JSON, default=list)  # subset of ROLES
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))  # for team members
+    failed_logins: Mapped[int] = mapped_column(Integer, default=0)  # consecutive; reset on success
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    team: Mapped[Team | None] = relationship(lazy="joined")
+
+
+class WebUserParticipant(Base):
+    """A web user acts as this STAR pool member (one campaign each); a participant has at most one user."""
+
+    __tablename__ = "web_user_participants"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("star_participants.id"), unique=True)
+
+
+class WebSession(Base):
+    __tablename__ = "web_sessions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)  # the cookie holds the token
+    user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WebApiToken(Base):
+    __tablename__ = "web_api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class WebInvitation(Base):
+    """A single-use link that creates an account with these roles (and team or STAR participant)."""
+
+    __tablename__ = "web_invitations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    roles: Mapped[list[str]] = mapped_column(JSON, default=list)
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
+    participant_id: Mapped[int | None] = mapped_column(ForeignKey("star_participants.id"))
+    created_by: Mapped[int] = mapped_column(ForeignKey("web_users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    used_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))

@@ -1,0 +1,393 @@
+"""Accounts, logins, sessions, API tokens and invitations: plain functions over a SQLAlchemy ``Session``.
+
+No FastAPI here, so the CLI (``assay user``) and the web share one set of rules and tests can call them
+directly. The caller owns the transaction: these functions flush, never commit. ``authenticate`` records a
+failed attempt before raising ``LoginFailed``, so the caller must commit even when it fails (the login route
+catches the error and commits), or the lockout counter never grows.
+
+Random tokens come from ``secrets``; only their sha256 is stored. Times are UTC and every function that
+depends on the time takes ``now`` (default: ``clock()``, which tests may monkeypatch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+from datetime import UTC, datetime, timedelta
+from functools import cache
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from assay.errors import UserError
+from assay.store.models import Team, utcnow
+from assay.store.star_models import StarParticipant
+from assay.store.web_models import (
+    ROLES,
+    WebApiToken,
+    WebInvitation,
+    WebSession,
+    WebUser,
+    WebUserParticipant,
+)
+
+MAX_FAILED_LOGINS = 5  # consecutive failures before the account is locked
+LOCKOUT = timedelta(minutes=15)
+SESSION_LIFETIME = timedelta(hours=12)
+SEEN_EVERY = timedelta(minutes=5)  # last_seen_at is refreshed at most this often: fewer writes
+MIN_PASSWORD = 10
+API_TOKEN_PREFIX = "assay_"
+USERNAME = re.compile(r"[a-z0-9_.-]{3,64}")
+LOGIN_FAILED = "login failed: wrong username or password, or too many attempts (wait 15 minutes)"
+
+
+class LoginFailed(UserError):
+    """A login was refused; the message is the same whatever the reason, so it reveals no usernames."""
+
+    def __init__(self) -> None:
+        super().__init__(LOGIN_FAILED)
+
+
+def clock() -> datetime:
+    """The time every function uses when no ``now`` is given; tests monkeypatch it to skip ahead."""
+    return utcnow()
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes even for ``timezone=True`` columns; they were stored as UTC."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def sha256(token: str) -> str:
+    """What the database keeps of a session, API or invitation token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# ---- passwords ----------------------------------------------------------------------------------
+
+
+def password_hasher() -> PasswordHasher:
+    """argon2-cffi's defaults (argon2id); ``ASSAY_ARGON2_FAST=1`` picks tiny costs, for tests only."""
+    return _fast_hasher() if os.environ.get("ASSAY_ARGON2_FAST") == "1" else _default_hasher()
+
+
+@cache
+def _default_hasher() -> PasswordHasher:
+    return PasswordHasher()
+
+
+@cache
+def _fast_hasher() -> PasswordHasher:
+    return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+@cache
+def _decoy_hash(hasher: PasswordHasher) -> str:
+    return hasher.hash(secrets.token_urlsafe(16))
+
+
+def hash_password(password: str) -> str:
+    """An argon2id PHC string (``$argon2id$...``)."""
+    return password_hasher().hash(password)
+
+
+def _verify(password_hash: str, password: str) -> bool:
+    try:
+        return password_hasher().verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def _check_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD:
+        raise UserError(f"password too short: use at least {MIN_PASSWORD} characters")
+
+
+# ---- users --------------------------------------------------------------------------------------
+
+
+def _check_roles(roles: list[str] | tuple[str, ...]) -> list[str]:
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise UserError(f"unknown role '{unknown[0]}': choose from {', '.join(ROLES)}")
+    if not roles:
+        raise UserError(f"give the user at least one role: {', '.join(ROLES)}")
+    return sorted(set(roles), key=ROLES.index)
+
+
+def create_user(
+    session: Session,
+    username: str,
+    password: str,
+    roles: list[str] | tuple[str, ...],
+    team: Team | None = None,
+    display_name: str = "",
+) -> WebUser:
+    """A new account; a bad username, short password, unknown role or taken name is a ``UserError``."""
+    username = username.strip()
+    if not USERNAME.fullmatch(username):
+        raise UserError(f"username '{username}' invalid: use 3-64 characters of a-z, 0-9, '_', '.', '-'")
+    _check_password(password)
+    roles = _check_roles(roles)
+    if get_user(session, username) is not None:
+        raise UserError(f"username '{username}' is already taken")
+    user = WebUser(
+        username=username,
+        display_name=display_name.strip()[:200],
+        password_hash=hash_password(password),
+        roles=roles,
+        team=team,
+        failed_logins=0,
+        disabled=False,
+    )
+    session.add(user)
+    session.flush()
+    return user
+
+
+def get_user(session: Session, username: str) -> WebUser | None:
+    return session.scalar(select(WebUser).where(WebUser.username == username.strip()))
+
+
+def list_users(session: Session) -> list[WebUser]:
+    return list(session.scalars(select(WebUser).order_by(WebUser.username)))
+
+
+def find_team(session: Session, name: str) -> Team | None:
+    """The leaderboard team called ``name``; blank is no team; an unknown name is a ``UserError``."""
+    if not name.strip():
+        return None
+    team = session.scalar(select(Team).where(Team.name == name.strip()))
+    if team is None:
+        raise UserError(f"no team '{name.strip()}': add it with `assay leaderboard team add`")
+    return team
+
+
+def has_role(user: WebUser, *roles: str) -> bool:
+    """True if the user holds any of ``roles``; an organiser holds them all."""
+    return "organiser" in user.roles or any(role in user.roles for role in roles)
+
+
+def authenticate(session: Session, username: str, password: str, now: datetime | None = None) -> WebUser:
+    """The user whose password this is, or ``LoginFailed``; 5 failures in a row lock it for 15 minutes.
+
+    An unknown name still costs one argon2 verification, so timing does not tell which names exist either.
+    """
+    now = now or clock()
+    user = get_user(session, username)
+    if user is None or user.disabled:
+        _verify(_decoy_hash(password_hasher()), password)
+        raise LoginFailed()
+    if user.locked_until is not None and _aware(user.locked_until) > now:
+        raise LoginFailed()  # no verification while locked: guessing is pointless until it expires
+    if not _verify(user.password_hash, password):
+        user.failed_logins += 1
+        if user.failed_logins >= MAX_FAILED_LOGINS:
+            user.failed_logins, user.locked_until = 0, now + LOCKOUT
+        session.flush()
+        raise LoginFailed()
+    user.failed_logins, user.locked_until = 0, None
+    if password_hasher().check_needs_rehash(user.password_hash):
+        user.password_hash = hash_password(password)  # parameters were raised since this hash was made
+    session.flush()
+    return user
+
+
+def set_password(session: Session, user: WebUser, password: str) -> None:
+    _check_password(password)
+    user.password_hash = hash_password(password)
+    session.flush()
+
+
+# ---- browser sessions ---------------------------------------------------------------------------
+
+
+def start_session(session: Session, user: WebUser, now: datetime | None = None) -> str:
+    """A new login session; returns the raw token for the cookie (the database keeps its sha256)."""
+    now = now or clock()
+    raw = secrets.token_urlsafe(32)
+    session.add(
+        WebSession(
+            token_sha256=sha256(raw),
+            user_id=user.id,
+            csrf_token=secrets.token_urlsafe(32),
+            created_at=now,
+            expires_at=now + SESSION_LIFETIME,
+            last_seen_at=now,
+        )
+    )
+    session.flush()
+    return raw
+
+
+def session_user(
+    session: Session, raw_token: str | None, now: datetime | None = None
+) -> tuple[WebUser, WebSession] | None:
+    """The user and session behind a cookie; ``None`` if unknown, expired, or the user is disabled."""
+    if not raw_token:
+        return None
+    now = now or clock()
+    row = session.scalar(select(WebSession).where(WebSession.token_sha256 == sha256(raw_token)))
+    if row is None:
+        return None
+    if _aware(row.expires_at) <= now:
+        session.delete(row)
+        session.flush()
+        return None
+    user = session.get(WebUser, row.user_id)
+    if user is None or user.disabled:
+        return None
+    if now - _aware(row.last_seen_at) > SEEN_EVERY:
+        row.last_seen_at = now
+    return user, row
+
+
+def end_session(session: Session, raw_token: str | None) -> None:
+    """Log out: the session row goes, so the cookie is worthless even if someone copied it."""
+    if raw_token:
+        row = session.scalar(select(WebSession).where(WebSession.token_sha256 == sha256(raw_token)))
+        if row is not None:
+            session.delete(row)
+            session.flush()
+
+
+# ---- API tokens ---------------------------------------------------------------------------------
+
+
+def create_api_token(session: Session, user: WebUser, name: str, now: datetime | None = None) -> str:
+    """A new API token (``assay_...``) for scripts; shown once, the database keeps its sha256."""
+    name = name.strip()
+    if not 1 <= len(name) <= 100:
+        raise UserError("token name must be 1-100 characters")
+    raw = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(
+        WebApiToken(
+            user_id=user.id, name=name, token_sha256=sha256(raw), created_at=now or clock(), revoked=False
+        )
+    )
+    session.flush()
+    return raw
+
+
+def token_user(session: Session, raw: str | None, now: datetime | None = None) -> WebUser | None:
+    """The user behind a Bearer token; ``None`` if unknown, revoked or the user is disabled."""
+    if not raw or not raw.startswith(API_TOKEN_PREFIX):
+        return None
+    token = session.scalar(select(WebApiToken).where(WebApiToken.token_sha256 == sha256(raw)))
+    if token is None or token.revoked:
+        return None
+    user = session.get(WebUser, token.user_id)
+    if user is None or user.disabled:
+        return None
+    now = now or clock()
+    if token.last_used_at is None or now - _aware(token.last_used_at) > SEEN_EVERY:
+        token.last_used_at = now
+    return user
+
+
+def list_api_tokens(session: Session, user: WebUser) -> list[WebApiToken]:
+    return list(
+        session.scalars(select(WebApiToken).where(WebApiToken.user_id == user.id).order_by(WebApiToken.id))
+    )
+
+
+def revoke_api_token(session: Session, user: WebUser, token_id: int) -> None:
+    """Revoke one of ``user``'s own tokens (organisers may revoke anyone's)."""
+    token = session.get(WebApiToken, token_id)
+    if token is None or (token.user_id != user.id and "organiser" not in user.roles):
+        raise UserError(f"no API token {token_id} of yours")
+    token.revoked = True
+    session.flush()
+
+
+# ---- invitations and STAR participants ----------------------------------------------------------
+
+
+def create_invitation(
+    session: Session,
+    creator: WebUser,
+    roles: list[str] | tuple[str, ...],
+    team: Team | None = None,
+    participant: StarParticipant | None = None,
+    valid_hours: float = 72,
+    now: datetime | None = None,
+) -> str:
+    """A single-use invitation token; whoever opens ``/invite/TOKEN`` first picks a name and password."""
+    roles = _check_roles(roles)
+    if not 0 < valid_hours <= 24 * 90:
+        raise UserError(f"invitation validity must be between 0 and 2160 hours (value: {valid_hours})")
+    now = now or clock()
+    raw = secrets.token_urlsafe(32)
+    session.add(
+        WebInvitation(
+            token_sha256=sha256(raw),
+            roles=roles,
+            team_id=team.id if team else None,
+            participant_id=participant.id if participant else None,
+            created_by=creator.id,
+            created_at=now,
+            expires_at=now + timedelta(hours=valid_hours),
+        )
+    )
+    session.flush()
+    return raw
+
+
+def open_invitation(session: Session, raw: str, now: datetime | None = None) -> WebInvitation:
+    """The invitation behind a link, if it is still usable; else a ``UserError`` saying why."""
+    now = now or clock()
+    invitation = session.scalar(select(WebInvitation).where(WebInvitation.token_sha256 == sha256(raw)))
+    if invitation is None:
+        raise UserError("this invitation link is not valid")
+    if invitation.used_at is not None:
+        raise UserError("this invitation has already been used")
+    if _aware(invitation.expires_at) <= now:
+        raise UserError("this invitation has expired: ask the organiser for a new one")
+    return invitation
+
+
+def accept_invitation(
+    session: Session, raw: str, username: str, password: str, now: datetime | None = None
+) -> WebUser:
+    """Create the invited account; the invitation is marked used in the same transaction (single use)."""
+    now = now or clock()
+    invitation = open_invitation(session, raw, now)
+    team = session.get(Team, invitation.team_id) if invitation.team_id else None
+    user = create_user(session, username, password, invitation.roles, team=team)
+    claimed = session.execute(  # a conditional update, so two simultaneous accepts cannot both win
+        update(WebInvitation)
+        .where(WebInvitation.id == invitation.id, WebInvitation.used_at.is_(None))
+        .values(used_at=now, used_by=user.id)
+    )
+    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+        raise UserError("this invitation has already been used")
+    if invitation.participant_id is not None:
+        link_participant(session, user, session.get_one(StarParticipant, invitation.participant_id))
+    session.flush()
+    return user
+
+
+def link_participant(session: Session, user: WebUser, participant: StarParticipant) -> None:
+    """Let ``user`` act as this STAR pool member; a participant belongs to one user at most."""
+    link = session.scalar(
+        select(WebUserParticipant).where(WebUserParticipant.participant_id == participant.id)
+    )
+    if link is not None and link.user_id != user.id:
+        raise UserError(f"participant '{participant.external_id}' is already linked to another user")
+    if link is None:
+        session.add(WebUserParticipant(user_id=user.id, participant_id=participant.id))
+        session.flush()
+
+
+def participants_of(session: Session, user: WebUser) -> list[StarParticipant]:
+    """The STAR pool members this user acts as (one per campaign)."""
+    query = (
+        select(StarParticipant)
+        .join(WebUserParticipant, WebUserParticipant.participant_id == StarParticipant.id)
+        .where(WebUserParticipant.user_id == user.id)
+    )
+    return list(session.scalars(query))

@@ -1,0 +1,42 @@
+"""The JSON API's account endpoints under ``/api/v1``: who am I, and is the service up.
+
+Other pillars add their own ``/api/v1`` routers; each response is a pydantic model, so the OpenAPI document
+at ``/api/v1/openapi.json`` describes it exactly.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from assay import __version__
+from assay.web.security import CurrentUser
+
+router = APIRouter(prefix="/api/v1", tags=["account"])
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+
+
+class Me(BaseModel):
+    username: str
+    display_name: str
+    roles: list[str]
+    team: str | None
+
+
+@router.get("/health", response_model=Health, summary="Is the service up (no sign-in needed)")
+def health() -> Health:
+    return Health(status="ok", version=__version__)
+
+
+@router.get("/me", response_model=Me, summary="The signed-in user: name, roles and team")
+def me(user: CurrentUser) -> Me:
+    return Me(
+        username=user.username,
+        display_name=user.display_name,
+        roles=list(user.roles),
+        team=user.team.name if user.team else None,
+    )

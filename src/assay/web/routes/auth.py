@@ -1,0 +1,135 @@
+"""Signing in and out, accepting an invitation, and the account page with its API tokens.
+
+A failed login is rendered (401), not raised, so the request still commits the failure counter that drives
+the lockout. After a successful login the old session (if any) ends and a new token is issued, so a token
+planted before login (session fixation) is worthless.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+
+from assay.errors import UserError
+from assay.web import accounts
+from assay.web.routes import Area, redirect, render, safe_next
+from assay.web.security import (
+    SESSION_COOKIE,
+    CurrentUser,
+    DbSession,
+    OptionalUser,
+    clear_session_cookie,
+    set_session_cookie,
+)
+
+router = APIRouter(include_in_schema=False)
+AREAS = [Area("Account", "/account", description="Your roles and API tokens.", order=900)]
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, user: OptionalUser, next: str = "/") -> Response:
+    if user is not None:
+        return redirect(safe_next(next))
+    return render(request, "login.html", next=safe_next(next))
+
+
+@router.post("/login", response_class=HTMLResponse)
+def login(
+    request: Request,
+    session: DbSession,
+    username: Annotated[str, Form(max_length=200)],
+    password: Annotated[str, Form(max_length=1000)],
+    next: Annotated[str, Form()] = "/",
+) -> Response:
+    try:
+        user = accounts.authenticate(session, username, password)
+    except accounts.LoginFailed as err:
+        return render(
+            request, "login.html", status_code=401, next=safe_next(next), username=username, error=err
+        )
+    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
+    response = redirect(safe_next(next))
+    set_session_cookie(request, response, accounts.start_session(session, user))
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, session: DbSession, user: OptionalUser) -> Response:
+    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
+    response = redirect("/login")
+    clear_session_cookie(request, response)
+    return response
+
+
+@router.get("/invite/{token}", response_class=HTMLResponse)
+def invite_page(request: Request, session: DbSession, user: OptionalUser, token: str) -> Response:
+    invitation = accounts.open_invitation(session, token)  # UserError: the error page says why
+    return render(request, "invite.html", token=token, invitation=invitation)
+
+
+@router.post("/invite/{token}", response_class=HTMLResponse)
+def accept_invite(
+    request: Request,
+    session: DbSession,
+    user: OptionalUser,
+    token: str,
+    username: Annotated[str, Form(max_length=200)],
+    password: Annotated[str, Form(max_length=1000)],
+    password_again: Annotated[str, Form(max_length=1000)],
+) -> Response:
+    invitation = accounts.open_invitation(session, token)
+    try:
+        if password != password_again:
+            raise UserError("the two passwords differ")
+        new_user = accounts.accept_invitation(session, token, username, password)
+    except UserError as err:
+        session.rollback()  # nothing half-made: the user row, if flushed, goes
+        return render(
+            request,
+            "invite.html",
+            status_code=400,
+            token=token,
+            invitation=invitation,
+            username=username,
+            error=err,
+        )
+    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
+    response = redirect("/")
+    set_session_cookie(request, response, accounts.start_session(session, new_user))
+    return response
+
+
+def _account_page(request: Request, session: DbSession, user: CurrentUser, **extra: object) -> Response:
+    return render(
+        request,
+        "account.html",
+        tokens=accounts.list_api_tokens(session, user),
+        participants=accounts.participants_of(session, user),
+        **extra,
+    )
+
+
+@router.get("/account", response_class=HTMLResponse)
+def account(request: Request, session: DbSession, user: CurrentUser) -> Response:
+    return _account_page(request, session, user)
+
+
+@router.post("/account/tokens", response_class=HTMLResponse)
+def new_token(
+    request: Request, session: DbSession, user: CurrentUser, name: Annotated[str, Form(max_length=200)]
+) -> Response:
+    """The new token is shown once, on this response; the database keeps only its hash."""
+    try:
+        raw = accounts.create_api_token(session, user, name)
+    except UserError as err:
+        session.rollback()
+        return _account_page(request, session, user, error=err)
+    return _account_page(request, session, user, new_token=raw, new_token_name=name.strip())
+
+
+@router.post("/account/tokens/{token_id}/revoke")
+def revoke_token(request: Request, session: DbSession, user: CurrentUser, token_id: int) -> Response:
+    accounts.revoke_api_token(session, user, token_id)
+    return redirect("/account")
