@@ -31,6 +31,7 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/zoo-demo.sh demo-out
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/dyepack-demo.sh demo-out
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/star-demo.sh demo-out
 
 # The 240-model reference round of docs/zoo.md (about 5 minutes on 2 quiet cores); resumes if interrupted.
 REFERENCE := build/reference-round
@@ -51,6 +52,9 @@ bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_detectors.py $(REFERENCE)/splits --split test --models 12
 	$(PY) benchmarks/bench_leaderboard.py $(REFERENCE)/splits --split test --models 16
 	$(PY) benchmarks/bench_runner.py
+	$(PY) benchmarks/bench_agreement.py
+	$(PY) benchmarks/bench_star_embed.py
+	$(PY) benchmarks/bench_star_report.py --dialogues 10000
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks detectors

@@ -154,3 +154,32 @@ def test_spec_travels_with_the_export(campaign: Path) -> None:
     spec, frames = read_export(campaign / "export")
     assert spec == load_spec(EXAMPLE).model_copy(update={"name": "demo-campaign-simulated"})
     assert isinstance(frames["dialogues"]["turns"].iloc[0], list)  # Parquet's JSON strings decoded
+
+
+def test_unreadable_machine_ratings_are_left_out_and_counted(campaign: Path) -> None:
+    """A machine rating whose reply could not be parsed holds a placeholder point: the report drops it (and
+    only it: a human's identical reason stays) and says how many went."""
+    from assay.star.agents import UNPARSED
+    from assay.star.analysis.report import build_report
+
+    spec, frames = read_export(campaign / "export")
+    annotations = frames["annotations"].copy()
+    annotations.loc[:2, "reason"] = UNPARSED + "rambling"
+    annotations.loc[3, ["reason", "machine"]] = [UNPARSED + "typed by a person", False]
+    report = build_report(spec, {**frames, "annotations": annotations}, n_boot=0)
+    assert report.summary["n"]["unparsed_machine_ratings_excluded"] == 3
+    assert report.summary["n"]["annotations"] == len(annotations) - 3
+    expected = reliability(annotations.iloc[3:], frames["dialogues"], spec, n_boot=0)
+    assert report.summary["reliability"]["ordinal"]["alpha"] == expected.ordinal.alpha
+
+
+def test_rehearsal_annotators_see_their_own_persona() -> None:
+    """Two machine annotators must not get byte-identical prompts, or greedy decoding makes them agree."""
+    from assay.star.agents import annotation_prompt
+
+    spec = load_spec(EXAMPLE)
+    dialogue = [("user", "hello"), ("assistant", "hi")]
+    first = annotation_prompt(spec, spec.rules[0], dialogue, "p1 (machine: woman)")
+    second = annotation_prompt(spec, spec.rules[0], dialogue, "p2 (machine: man)")
+    assert first != second and "p1 (machine: woman)" in first[0]["content"]
+    assert "You are annotator" not in annotation_prompt(spec, spec.rules[0], dialogue)[0]["content"]

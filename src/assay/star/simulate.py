@@ -145,10 +145,13 @@ def _red_team(
             summary.dialogues += 1
 
 
-def _dialogue_of(session: Session, task_id: int) -> tuple[str, list[tuple[str, str]]]:
+def _dialogue_of(session: Session, task_id: int) -> tuple[str, list[tuple[str, str]], str]:
+    """The task's rule, the dialogue's turns and the annotator's persona (who they are)."""
     task = session.get_one(StarTask, task_id)
     dialogue = session.get_one(StarDialogue, task.dialogue_id)
-    return task.rule_id, [(turn.role, turn.text) for turn in dialogue.turns]
+    person = session.get(StarParticipant, task.participant_id) if task.participant_id else None
+    persona = f"{person.external_id} ({person.name})" if person else ""
+    return task.rule_id, [(turn.role, turn.text) for turn in dialogue.turns], persona
 
 
 def _annotate(
@@ -160,7 +163,7 @@ def _annotate(
 ) -> None:
     with sessions() as session:
         views = [_dialogue_of(session, t) for t in tasks]
-    prompts = [agents.annotation_prompt(spec, spec.rule(rule), turns) for rule, turns in views]
+    prompts = [agents.annotation_prompt(spec, spec.rule(r), turns, persona) for r, turns, persona in views]
     _rate(sessions, spec, models, tasks, prompts, summary)
     summary.annotations += len(tasks)
 

@@ -21,6 +21,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from assay import __version__
+from assay.star.agents import UNPARSED
 from assay.star.analysis import plots
 from assay.star.analysis.coverage import coverage
 from assay.star.analysis.groups import (
@@ -177,6 +178,16 @@ def _themes(
     return summary, tables, {"themes_map": plots.theme_scatter(points)}
 
 
+def _without_unparsed(annotations: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Drop machine ratings whose reply could not be read (they hold a placeholder point, not a judgement),
+    and say how many went."""
+    if annotations.empty or "reason" not in annotations:
+        return annotations, 0
+    machine = annotations.get("machine", pd.Series(False, index=annotations.index)).fillna(False).astype(bool)
+    unparsed = machine & annotations["reason"].fillna("").astype(str).str.startswith(UNPARSED)
+    return annotations[~unparsed].reset_index(drop=True), int(unparsed.sum())
+
+
 def build_report(
     spec: CampaignSpec,
     frames: dict[str, pd.DataFrame],
@@ -187,6 +198,7 @@ def build_report(
 ) -> Report:
     """Run every analysis on the export tables; the thematic map only when ``themes.embedder`` is set."""
     instructions, dialogues, annotations = (frames[k] for k in ("instructions", "dialogues", "annotations"))
+    annotations, unparsed = _without_unparsed(annotations)
     rel = reliability(annotations, dialogues, spec, n_boot=n_boot, seed=seed)
     in_group = in_group_annotation(annotations, dialogues, spec)
     likert = likert_distribution(annotations, spec)
@@ -203,6 +215,7 @@ def build_report(
             "dialogues": len(dialogues),
             "annotations": len(annotations),
             "arbitrations": int((annotations["kind"] == "arbitrate").sum()) if len(annotations) else 0,
+            "unparsed_machine_ratings_excluded": unparsed,
             "machine_dialogues": int(dialogues.get("machine", pd.Series(dtype=bool)).fillna(False).sum()),
         },
         "reliability": _dump(rel),
