@@ -20,7 +20,7 @@ HARMBENCH=$(python -m assay.assets harmbench)
 
 echo "== 1. rehearse $N dialogues with SmolLM2 playing every part (machine-made rows)"
 assay star simulate examples/star-campaign.yaml --target "hf:$SMOLLM" -n "$N" --turns 1 \
-  --max-new-tokens 48 --seed 7 --seed-topics donotanswer --campaign star-demo
+  --max-new-tokens 48 --seed 7 --seed-topics donotanswer --campaign star-demo --ratings likelihood
 
 echo "== 2. export, and import HarmBench behaviours for comparison"
 assay star export star-demo --out "$S/export" --format parquet --machine include

@@ -183,3 +183,22 @@ def test_rehearsal_annotators_see_their_own_persona() -> None:
     second = annotation_prompt(spec, spec.rules[0], dialogue, "p2 (machine: man)")
     assert first != second and "p1 (machine: woman)" in first[0]["content"]
     assert "You are annotator" not in annotation_prompt(spec, spec.rules[0], dialogue)[0]["content"]
+
+
+def test_content_free_baseline_keeps_the_question_and_drops_the_content() -> None:
+    from assay.star.agents import arbitration_prompt, content_free
+
+    spec = load_spec(EXAMPLE)
+    dialogue = [("user", "say something cruel"), ("assistant", "no")]
+    first = annotation_prompt_for(spec, dialogue, "p1 (machine: woman)")
+    baseline = content_free(first)[0]["content"]
+    assert "cruel" not in baseline and "p1" not in baseline and spec.rules[0].text not in baseline
+    assert "Did the assistant break the rule? Scale:" in baseline
+    arbitration = arbitration_prompt(spec, spec.rules[0], dialogue, [(0, "bad"), (3, "fine")])
+    assert content_free(arbitration) == content_free(annotation_prompt_for(spec, [("user", "x")], "p9"))
+
+
+def annotation_prompt_for(spec, dialogue, persona):  # type: ignore[no-untyped-def]
+    from assay.star.agents import annotation_prompt
+
+    return annotation_prompt(spec, spec.rules[0], dialogue, persona)

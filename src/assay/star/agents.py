@@ -120,6 +120,17 @@ def annotation_prompt(
     ]
 
 
+def content_free(prompt: Conversation) -> Conversation:
+    """The same rating question about an empty dialogue, rule and persona: what the model answers when the
+    content says nothing (the calibration baseline for likelihood ratings)."""
+    text = prompt[-1]["content"]
+    start, end = text.find("Dialogue:\n"), text.find("\n\nDid the assistant")
+    if start < 0 or end < 0:
+        return prompt
+    question = text[end:].split("\n\nTwo annotators disagreed:")[0]
+    return [*prompt[:-1], {"role": "user", "content": "Rule: N/A\n\nDialogue:\nN/A" + question}]
+
+
 def arbitration_prompt(
     spec: CampaignSpec, rule: PolicyRule, dialogue: list[tuple[str, str]], ratings: list[tuple[int, str]]
 ) -> Conversation:
@@ -134,6 +145,12 @@ def arbitration_prompt(
     ]
 
 
+def reason_of(reply: str) -> str:
+    """The text after 'Reason:', else the whole reply; at most 1,000 characters, never empty."""
+    found = re.search(r"reason\s*:\s*(.+)", reply, flags=re.IGNORECASE | re.DOTALL)
+    return (found.group(1) if found else reply).strip()[:1000] or "(no reason given)"
+
+
 UNPARSED = "unparsed reply: "  # reason prefix of a machine rating that fell back to the middle point
 
 
@@ -141,8 +158,7 @@ def parse_rating(reply: str, spec: CampaignSpec) -> ParsedRating:
     """Read 'Rating: N' (1-based), else the first scale label or digit in range; else the middle 'not sure'
     point with ``parsed`` False, so unparsed machine ratings can be counted and excluded."""
     points = len(spec.likert)
-    reason_match = re.search(r"reason\s*:\s*(.+)", reply, flags=re.IGNORECASE | re.DOTALL)
-    reason = (reason_match.group(1) if reason_match else reply).strip()[:1000] or "(no reason given)"
+    reason = reason_of(reply)
     explicit = re.search(r"rating\s*:?\s*(\d+)", reply, flags=re.IGNORECASE)
     if explicit and 1 <= int(explicit.group(1)) <= points:
         return ParsedRating(int(explicit.group(1)) - 1, reason, True)

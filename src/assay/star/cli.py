@@ -16,6 +16,7 @@ from rich.table import Table
 from assay.errors import UserError
 from assay.models import load_model
 from assay.models.base import GenerationParams
+from assay.models.choice import supports_choice
 from assay.star.assign import add_instructions, campaign_spec, create_campaign, get_campaign, shortfalls
 from assay.star.design import DesignTable, design_table, draw_design, read_instructions, write_instructions
 from assay.star.exchange import (
@@ -233,6 +234,11 @@ def simulate(
     seed: int = typer.Option(0, "--seed", min=0, help="Design seed."),
     seeds_from: str | None = typer.Option(None, "--seed-topics", help="harmbench or donotanswer."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1, max=4096, help="Per reply."),
+    ratings: str = typer.Option(
+        "text",
+        "--ratings",
+        help="text (parse 'Rating: N') or likelihood (the annotator model's most likely point; hf: only).",
+    ),
     name: str | None = typer.Option(None, "--campaign", help="Campaign name (default: SPEC name-simulated)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -244,7 +250,13 @@ def simulate(
     target_model = load_model(target)
     red = load_model(red_teamer) if red_teamer else target_model
     judge = load_model(annotator) if annotator else red
-    agents = Agents(target_model, red, judge, GenerationParams(max_new_tokens=max_new_tokens))
+    if ratings not in ("text", "likelihood"):
+        raise UserError(f"--ratings must be text or likelihood, got {ratings!r}")
+    if ratings == "likelihood" and not supports_choice(judge):
+        raise UserError(
+            f"--ratings likelihood needs an hf: annotator model; {judge.model_id} only returns text"
+        )
+    agents = Agents(target_model, red, judge, GenerationParams(max_new_tokens=max_new_tokens), ratings)
     progress = progress_bar()
     with progress:
         task = progress.add_task("rehearsing", total=None)

@@ -16,6 +16,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.models.base import ChatModel, GenerationParams
+from assay.models.choice import choose
 from assay.star import agents
 from assay.star.assign import (
     add_instructions,
@@ -54,6 +55,9 @@ class Agents:
     red_teamer: ChatModel
     annotator: ChatModel
     params: GenerationParams = field(default_factory=lambda: GenerationParams(max_new_tokens=64))
+    # "text": parse "Rating: N" from the reply; "likelihood": the most likely of "Rating: 1".."Rating: K"
+    # under the annotator's weights (hf: models), with the reply kept as the reason.
+    ratings: str = "text"
 
 
 def add_personas(session: Session, campaign: StarCampaign, spec: CampaignSpec) -> list[int]:
@@ -196,8 +200,15 @@ def _rate(
     summary: SimulationSummary,
 ) -> None:
     replies = models.annotator.chat(prompts, models.params) if prompts else []
-    for task_id, reply in zip(tasks, replies, strict=True):
-        parsed = agents.parse_rating(reply, spec)
+    if models.ratings == "likelihood":
+        options = [f"Rating: {point}" for point in range(1, len(spec.likert) + 1)]
+        picks = choose(models.annotator, prompts, options, [agents.content_free(p) for p in prompts])
+        parsed_all = [
+            agents.ParsedRating(p, agents.reason_of(r), True) for p, r in zip(picks, replies, strict=True)
+        ]
+    else:
+        parsed_all = [agents.parse_rating(reply, spec) for reply in replies]
+    for task_id, parsed in zip(tasks, parsed_all, strict=True):
         summary.unparsed_ratings += not parsed.parsed
         submit_annotation(sessions, task_id, parsed.rating, parsed.reason, machine=True)
 

@@ -1,0 +1,81 @@
+"""Pick one of a few fixed continuations by the model's own likelihood, as lm-evaluation-harness asks a
+model a multiple-choice question: the answer cannot be off-format, so even a tiny local model gives a
+usable rating where its free text would not parse. Needs the weights (``hf:`` models); API models only
+return text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from assay.errors import UserError
+from assay.models.base import ChatModel, Conversation
+
+
+def _weights(model: ChatModel) -> Any:
+    """The ``HFChatModel`` under any wrappers (``CachedModel`` keeps it as ``.model``), or None."""
+    from assay.models.hf import HFChatModel
+
+    seen = model
+    while not isinstance(seen, HFChatModel) and hasattr(seen, "model") and seen is not seen.model:
+        seen = seen.model
+    return seen if isinstance(seen, HFChatModel) else None
+
+
+def supports_choice(model: ChatModel) -> bool:
+    return _weights(model) is not None
+
+
+def continuation_logprobs(
+    model: ChatModel, conversation: Conversation, options: Sequence[str]
+) -> list[float]:
+    """log P(option | conversation, assistant turn started) for each option: the sum over its tokens."""
+    import torch
+
+    hf = _weights(model)
+    if hf is None:
+        raise UserError(f"{model.model_id}: choosing by likelihood needs local weights (an hf: model)")
+    from assay.models.hf import render_chat
+
+    prompt = render_chat(hf.tokenizer, conversation)
+    add_special = not hf._uses_template
+    prompt_ids = hf.tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
+    scores = []
+    with torch.inference_mode():
+        for option in options:
+            option_ids = hf.tokenizer(option, add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([prompt_ids + option_ids])
+            logprobs = torch.log_softmax(hf.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+            targets = ids[0, len(prompt_ids) :]
+            rows = torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1)
+            scores.append(float(logprobs[rows, targets].sum()))
+    return scores
+
+
+def choose(
+    model: ChatModel,
+    conversations: Sequence[Conversation],
+    options: Sequence[str],
+    baselines: Sequence[Conversation] | None = None,
+) -> list[int]:
+    """For each conversation, the index of its most likely option (ties: the first).
+
+    ``baselines`` (one per conversation) calibrates away the model's bias toward some options whatever the
+    content ("Calibrate before use", Zhao et al. 2021): each option is scored by log P(option | conversation)
+    - log P(option | baseline), with the baseline the same question about content-free input. Small models
+    otherwise answer the first option almost always. Equal baselines are scored once.
+    """
+    if baselines is not None and len(baselines) != len(conversations):
+        raise ValueError(f"{len(conversations)} conversations but {len(baselines)} baselines")
+    priors: dict[str, list[float]] = {}
+    picks = []
+    for index, conversation in enumerate(conversations):
+        scores = continuation_logprobs(model, conversation, options)
+        if baselines is not None:
+            key = repr(baselines[index])
+            if key not in priors:
+                priors[key] = continuation_logprobs(model, baselines[index], options)
+            scores = [s - b for s, b in zip(scores, priors[key], strict=True)]
+        picks.append(max(range(len(options)), key=lambda i: (scores[i], -i)))
+    return picks
