@@ -41,7 +41,7 @@ def make_engine(url: str | None = None) -> Engine:
 
 
 def upgrade(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision."""
+    """Bring the schema to the newest Alembic revision of every branch."""
     from alembic import command
     from alembic.config import Config
 
@@ -49,7 +49,7 @@ def upgrade(engine: Engine) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+        command.upgrade(config, "heads")  # pillars may branch from one revision
 
 
 def open_store(url: str | None = None) -> sessionmaker[Session]:

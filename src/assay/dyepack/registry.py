@@ -1,0 +1,402 @@
+"""A registry of released DyePack benchmarks and of verification runs against them, over a SQLAlchemy Session.
+
+The web pages use it; the functions are plain so that a command line could too.
+
+How a key is handled. A maintainer's key is the only thing that turns a release into an accusation, so the
+registry never keeps it: ``parse_key`` reads it from bytes into memory, ``check_key`` compares it with the
+commitment registered for the benchmark, ``execute_run`` uses it for one verification and drops it. It is
+never written to disk (not even to the response cache: cached prompts would tell which rows carry
+backdoors) nor to the database. What is recorded is key-free: counts, K values, the exact false-positive
+rate, and per backdoor only whether it was activated and how many of its samples hit the target. Answer
+distributions and majority answers are left out too: next to "activated" they would give the target away.
+Messages that might quote the key (a model's error, a release row) go through ``redact`` first. The price:
+a run cannot outlive the process that holds its key; ``fail_interrupted_runs`` marks such runs failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from assay.data import Benchmark, read_benchmark
+from assay.data.tables import SUFFIXES
+from assay.dyepack.key import NONE_LABEL, DyePackKey, check_commitment, read_commitment
+from assay.dyepack.verify import VerifyReport, check_release, verify
+from assay.errors import UserError
+from assay.models import GenerationParams, load_model
+from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
+from assay.store.models import utcnow
+
+logger = logging.getLogger(__name__)
+
+MAX_COMMITMENT_CHARS = 10_000
+MAX_KEY_BYTES = 1_000_000
+MAX_RELEASE_BYTES = 200_000_000
+MODEL_PREFIXES = ("openai", "hf", "python", "vllm")
+INTERRUPTED = "interrupted: the server process that held this run's key stopped; start the run again"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # in one-line fields
+_CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # tab and newline allowed
+
+
+# ---------------------------------------------------------------- benchmarks
+
+
+def clean_text(value: str, field_name: str, max_chars: int, *, multiline: bool = False) -> str:
+    """Stripped text that any database stores: valid UTF-8, no control characters, at most ``max_chars``."""
+    value = value.replace("\r\n", "\n").strip() if multiline else value.strip()
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{field_name}: not valid UTF-8 text") from None
+    if (_CONTROL_MULTILINE if multiline else _CONTROL).search(value):
+        raise UserError(f"{field_name}: control characters are not allowed")
+    if len(value) > max_chars:
+        raise UserError(f"{field_name}: at most {max_chars} characters (got {len(value)})")
+    return value
+
+
+def parse_commitment(text: str) -> dict[str, str]:
+    """The fields of a commitment text (``key.read_commitment``); errors name the 'commitment' field."""
+    text = clean_text(text, "commitment", MAX_COMMITMENT_CHARS, multiline=True)
+    if not text:
+        raise UserError("commitment: empty; upload commitment.txt or paste its contents")
+    with tempfile.TemporaryDirectory(prefix="assay-commitment-") as folder:
+        path = Path(folder) / "commitment.txt"
+        path.write_text(text + "\n", encoding="utf-8")
+        try:
+            fields = read_commitment(path)
+        except UserError as err:
+            raise UserError(str(err).replace(str(path), "commitment")) from None
+    if not _HEX64.fullmatch(fields["commitment"].lower()):
+        raise UserError("commitment: field 'commitment' must be 64 hexadecimal digits (a SHA-256)")
+    return fields
+
+
+def clean_url(url: str) -> str:
+    """An optional http(s) link; other schemes (``javascript:``) are refused because it is shown as a link."""
+    url = clean_text(url, "url", 500)
+    if url and (not re.fullmatch(r"https?://[^\s/]+\S*", url, flags=re.IGNORECASE)):
+        raise UserError(f"url: must start with http:// or https:// (value: {url[:80]!r})")
+    return url
+
+
+def register_benchmark(
+    session: Session,
+    name: str,
+    commitment_text: str,
+    description: str = "",
+    url: str = "",
+    user_id: int | None = None,
+) -> DyePackBenchmark:
+    """Record a released benchmark by its published commitment; a bad field is a one-line ``UserError``."""
+    name = clean_text(name, "name", 100)
+    if not name:
+        raise UserError("name: required")
+    commitment_text = clean_text(commitment_text, "commitment", MAX_COMMITMENT_CHARS, multiline=True)
+    fields = parse_commitment(commitment_text)
+    description = clean_text(description, "description", 2000, multiline=True)
+    url = clean_url(url)
+    if session.scalar(select(DyePackBenchmark.id).where(DyePackBenchmark.name == name)) is not None:
+        raise UserError(f"name: a benchmark named {name!r} is already registered")
+    benchmark = DyePackBenchmark(
+        name=name,
+        description=description,
+        url=url,
+        commitment=fields["commitment"].lower(),
+        release_fingerprint=fields.get("release-fingerprint"),
+        commitment_text=commitment_text + "\n",
+        created_by=user_id,
+    )
+    session.add(benchmark)
+    session.flush()
+    return benchmark
+
+
+def list_benchmarks(session: Session) -> list[tuple[DyePackBenchmark, int]]:
+    """Every registered benchmark, newest first, with its number of runs."""
+    counts = (
+        select(DyePackRun.benchmark_id, func.count().label("n")).group_by(DyePackRun.benchmark_id).subquery()
+    )
+    rows = session.execute(
+        select(DyePackBenchmark, func.coalesce(counts.c.n, 0))
+        .outerjoin(counts, counts.c.benchmark_id == DyePackBenchmark.id)
+        .order_by(DyePackBenchmark.id.desc())
+    )
+    return [(benchmark, int(n)) for benchmark, n in rows]
+
+
+# ---------------------------------------------------------------- the key and the release
+
+
+def parse_key(data: bytes) -> DyePackKey:
+    """A key from an upload. Errors name the field but never quote a value: every value in it is secret."""
+    if len(data) > MAX_KEY_BYTES:
+        raise UserError(
+            f"key file: larger than {MAX_KEY_BYTES // 1_000_000} MB; is it the key.json of a release?"
+        )
+    if not data.strip():
+        raise UserError("key file: required (the key.json written by assay dyepack prepare)")
+    try:
+        return DyePackKey.model_validate_json(data)
+    except ValidationError as err:
+        first = err.errors(include_input=False, include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise UserError(
+            f"key file: field '{where}' {first['msg']} (values are not shown: the key is secret)"
+        ) from None
+
+
+def check_key(benchmark: DyePackBenchmark, key: DyePackKey) -> None:
+    """Refuse a key that is not the one committed to when ``benchmark`` was released."""
+    with tempfile.TemporaryDirectory(prefix="assay-commitment-") as folder:
+        path = Path(folder) / "commitment.txt"
+        path.write_text(benchmark.commitment_text, encoding="utf-8")
+        ok, reason = check_commitment(key, path)
+    if not ok:
+        raise UserError(
+            f"key file: does not match the commitment registered for {benchmark.name!r} ({reason})"
+        )
+
+
+def secrets_of(key: DyePackKey) -> list[str]:
+    """The key's strings that must never be shown: triggers, target phrases and labels, the salt."""
+    found = {key.salt, *(key.phrases or [])}
+    for backdoor in key.backdoors:
+        found.update({backdoor.trigger, backdoor.target_label})
+    found.discard(NONE_LABEL)  # a fixed word of the code, not a secret
+    return sorted((s for s in found if len(s.strip()) >= 3), key=len, reverse=True)
+
+
+def redact(text: str, key: DyePackKey) -> str:
+    """``text`` with every secret string of ``key`` replaced, cut to one line of at most 500 characters."""
+    for secret in secrets_of(key):
+        text = text.replace(secret, "[redacted]")
+    line = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def read_release(data: bytes, filename: str, key: DyePackKey) -> Benchmark:
+    """Parse an uploaded release and check that it is the one the key was made for.
+
+    The upload lives in a temporary folder only while it is parsed; messages name the upload, not the
+    folder, and never quote what the key hides (which rows carry a backdoor).
+    """
+    shown = clean_text(Path(filename or "release").name, "release file", 255) or "release"
+    suffix = Path(shown).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UserError(f"release file: {shown!r} is not {', '.join(SUFFIXES)}; upload the released file")
+    if len(data) > MAX_RELEASE_BYTES:
+        raise UserError(f"release file: larger than {MAX_RELEASE_BYTES // 1_000_000} MB")
+    with tempfile.TemporaryDirectory(prefix="assay-release-") as folder:
+        path = Path(folder) / f"release{suffix}"
+        path.write_bytes(data)
+        try:
+            bench = read_benchmark(path, style=key.style, split=key.split)
+        except UserError as err:
+            raise UserError(redact(str(err).replace(str(path), f"release file {shown}"), key)) from None
+    if bench.fingerprint != key.release_fingerprint:
+        raise UserError(
+            f"release file: {shown} is not the release this key was made for (content fingerprint "
+            f"{bench.fingerprint[:23]}..., the key's {key.release_fingerprint[:23]}...)"
+        )
+    try:
+        check_release(bench, key)
+    except UserError:
+        raise UserError(f"release file: {shown} does not have the rows the key's backdoors name") from None
+    return bench
+
+
+def check_model_spec(spec: str, model_name: str = "") -> tuple[str, str | None]:
+    """The spec and model name, cleaned; the backend loads the model later, in the run's own thread."""
+    spec = clean_text(spec, "model", 500)
+    prefix, sep, rest = spec.partition(":")
+    if prefix not in MODEL_PREFIXES or not sep or not rest:
+        raise UserError(
+            f"model: {spec[:80]!r} is not a model spec; use openai:URL, hf:PATH, python:MODULE:FUNCTION "
+            "or vllm:PATH"
+        )
+    return spec, clean_text(model_name, "model name", 200) or None
+
+
+# ---------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class VerificationJob:
+    """What a background thread needs for one run. The key and release are excluded from ``repr``."""
+
+    spec: str
+    model_name: str | None
+    params: GenerationParams
+    alpha: float
+    key: DyePackKey = field(repr=False)
+    release: Benchmark = field(repr=False)
+
+
+def this_worker() -> str:
+    """Which process holds a run's key: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def create_run(
+    session: Session,
+    benchmark: DyePackBenchmark,
+    job: VerificationJob,
+    release_name: str,
+    user_id: int | None = None,
+) -> DyePackRun:
+    """A queued run row, owned by this process; the caller hands ``job`` to ``execute_run``."""
+    run = DyePackRun(
+        benchmark_id=benchmark.id,
+        model_spec=job.spec,
+        model_name=job.model_name,
+        release_name=release_name[:255],
+        alpha=job.alpha,
+        max_new_tokens=job.params.max_new_tokens,
+        status="queued",
+        worker=this_worker(),
+        total_queries=sum(len(b.rows) for b in job.key.backdoors),
+        created_by=user_id,
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def public_outcomes(report: VerifyReport) -> list[dict]:
+    """Per backdoor, what may be shown to anyone: no trigger, target, majority or answer counts."""
+    return [
+        {
+            "index": r.index,
+            "k": r.k,
+            "samples": r.samples,
+            "samples_on_target": r.samples_on_target,
+            "activated": r.activated,
+        }
+        for r in report.per_backdoor
+    ]
+
+
+def record_report(run: DyePackRun, report: VerifyReport) -> None:
+    """Copy the key-free part of a report onto its run and mark it done."""
+    run.status, run.finished_at, run.error = "done", utcnow(), None
+    run.flagged, run.verdict = report.flagged, report.verdict
+    run.activated, run.backdoors, run.k_values = report.activated, report.backdoors, report.fpr.k_values
+    run.fpr, run.log10_fpr, run.chernoff_bound = (
+        report.fpr.fpr,
+        report.fpr.log10_fpr,
+        report.fpr.chernoff_bound,
+    )
+    run.samples, run.samples_on_target, run.unparsed = (
+        report.samples,
+        report.samples_on_target,
+        report.unparsed,
+    )
+    run.done_queries = report.samples
+    run.per_backdoor = public_outcomes(report)
+
+
+def _update(sessions: sessionmaker[Session], run_id: int, **values: object) -> None:
+    with sessions.begin() as session:
+        run = session.get(DyePackRun, run_id)
+        if run is not None:
+            for name, value in values.items():
+                setattr(run, name, value)
+
+
+class _Progress:
+    """``on_result`` callback: counts replies and writes the count at most once a second."""
+
+    def __init__(self, sessions: sessionmaker[Session], run_id: int) -> None:
+        self.sessions, self.run_id, self.count, self.last = sessions, run_id, 0, time.monotonic()
+
+    def __call__(self, _index: int, _text: str) -> None:
+        self.count += 1
+        if time.monotonic() - self.last >= 1.0:
+            self.last = time.monotonic()
+            _update(self.sessions, self.run_id, done_queries=self.count)
+
+
+def execute_run(sessions: sessionmaker[Session], run_id: int, job: VerificationJob) -> None:
+    """Load the model, verify, record the outcome; meant for a background thread, so it never raises.
+
+    No response cache: it would store the backdoor prompts, and the key is dropped after the run anyway.
+    """
+    _update(sessions, run_id, status="running", started_at=utcnow())
+    try:
+        model = load_model(job.spec, model_name=job.model_name)
+        label = f"{job.spec} ({job.model_name})" if job.model_name else job.spec
+        report, _audit = verify(
+            model, label, job.release, job.key, job.params, job.alpha, _Progress(sessions, run_id)
+        )
+    except UserError as err:
+        _update(sessions, run_id, status="failed", finished_at=utcnow(), error=redact(str(err), job.key))
+    except Exception as err:  # a crashing model function or a bug: record it, keep the server up
+        logger.warning("dyepack run %s failed with %s", run_id, type(err).__name__)
+        message = redact(f"the run stopped with {type(err).__name__}: {err}", job.key)
+        _update(sessions, run_id, status="failed", finished_at=utcnow(), error=message)
+    else:
+        with sessions.begin() as session:
+            run = session.get(DyePackRun, run_id)
+            if run is not None:
+                record_report(run, report)
+
+
+def list_runs(session: Session, benchmark_id: int | None = None, limit: int = 100) -> list[DyePackRun]:
+    """Runs, newest first, optionally of one benchmark."""
+    query = select(DyePackRun).order_by(DyePackRun.id.desc()).limit(limit)
+    if benchmark_id is not None:
+        query = query.where(DyePackRun.benchmark_id == benchmark_id)
+    return list(session.scalars(query))
+
+
+def holder_is_gone(run: DyePackRun, active: Collection[int]) -> bool:
+    """True when the process that held ``run``'s key is known to have stopped (same host only).
+
+    ``active``: the run ids this process is working on. Another machine's runs cannot be judged: False.
+    """
+    host, _, pid_text = run.worker.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return run.id not in active
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def fail_interrupted_runs(session: Session, is_gone: Callable[[DyePackRun], bool]) -> int:
+    """Mark queued or running runs whose key holder has stopped as failed: they can never finish."""
+    stuck = session.scalars(select(DyePackRun).where(DyePackRun.status.in_(("queued", "running"))))
+    failed = 0
+    for run in stuck:
+        if is_gone(run):
+            run.status, run.error, run.finished_at = "failed", INTERRUPTED, utcnow()
+            failed += 1
+    return failed
+
+
+def format_probability(p: float | None, log10_p: float | None) -> str:
+    """A probability for people: 3 significant digits, or a power of ten where the float underflowed."""
+    if p is None:
+        return ""
+    if p == 0.0 and log10_p is not None:
+        return f"10^{log10_p:.1f}"
+    return f"{p:.3g}"

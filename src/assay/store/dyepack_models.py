@@ -1,0 +1,75 @@
+"""DyePack tables for the web: released benchmarks registered by their commitment, and verification runs.
+
+Nothing here is secret. A benchmark row holds the public commitment file; a run row holds the model it
+asked, its timings and the parts of the report that reveal no part of the key: counts, K values, the exact
+false-positive rate and, per backdoor, only whether it was activated and how many samples hit the target.
+Triggers, targets, backdoor rows, answer distributions and the salt are never stored (see
+``assay.dyepack.registry``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from assay.store.models import Base, utcnow
+
+RUN_STATUSES = ("queued", "running", "done", "failed")
+
+
+class DyePackBenchmark(Base):
+    """A released benchmark, known by the commitment published with it."""
+
+    __tablename__ = "dyepack_benchmarks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    url: Mapped[str] = mapped_column(String(500), default="")  # http(s) only: it is rendered as a link
+    commitment: Mapped[str] = mapped_column(String(64))  # hex sha256 from commitment.txt
+    release_fingerprint: Mapped[str | None] = mapped_column(String(100))
+    commitment_text: Mapped[str] = mapped_column(Text)  # the whole public file, for check_commitment
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    runs: Mapped[list[DyePackRun]] = relationship(back_populates="benchmark", order_by="DyePackRun.id.desc()")
+
+
+class DyePackRun(Base):
+    """One verification of a model against a registered benchmark, and its key-free result."""
+
+    __tablename__ = "dyepack_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    benchmark_id: Mapped[int] = mapped_column(ForeignKey("dyepack_benchmarks.id"), index=True)
+    model_spec: Mapped[str] = mapped_column(String(500))
+    model_name: Mapped[str | None] = mapped_column(String(200))
+    release_name: Mapped[str] = mapped_column(String(255), default="")  # the uploaded file's name
+    alpha: Mapped[float] = mapped_column(Float)
+    max_new_tokens: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20), default="queued")  # one of RUN_STATUSES
+    worker: Mapped[str] = mapped_column(String(200), default="")  # host:pid of the process holding the key
+    error: Mapped[str | None] = mapped_column(Text)
+    total_queries: Mapped[int] = mapped_column(Integer, default=0)
+    done_queries: Mapped[int] = mapped_column(Integer, default=0)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The report, key-free (set when status is "done").
+    flagged: Mapped[bool | None] = mapped_column(Boolean)
+    verdict: Mapped[str | None] = mapped_column(Text)
+    activated: Mapped[int | None] = mapped_column(Integer)
+    backdoors: Mapped[int | None] = mapped_column(Integer)
+    k_values: Mapped[list[int] | None] = mapped_column(JSON)
+    fpr: Mapped[float | None] = mapped_column(Float)  # exact; may underflow to 0, log10_fpr does not
+    log10_fpr: Mapped[float | None] = mapped_column(Float)
+    chernoff_bound: Mapped[float | None] = mapped_column(Float)
+    samples: Mapped[int | None] = mapped_column(Integer)
+    samples_on_target: Mapped[int | None] = mapped_column(Integer)
+    unparsed: Mapped[int | None] = mapped_column(Integer)
+    per_backdoor: Mapped[list[dict] | None] = mapped_column(JSON)  # index, k, samples, on target, activated
+
+    benchmark: Mapped[DyePackBenchmark] = relationship(back_populates="runs", lazy="joined")

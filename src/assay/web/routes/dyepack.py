@@ -1,0 +1,416 @@
+"""DyePack pages and JSON API: register released benchmarks by their commitment, verify models, show verdicts.
+
+Viewers and organisers read; only organisers register and run (a run loads the model spec's code or files
+on the server). Keys never leave the request that uploads them except into the run's background thread:
+see ``assay.dyepack.registry`` for the rule and for what is shown (nothing that reveals a trigger, a target
+or a backdoor row, to anyone). Verifications run on a small thread pool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, File, Form, HTTPException, Path, Query, Request, UploadFile
+from fastapi.responses import HTMLResponse, Response
+from pydantic import AfterValidator, BaseModel, Field
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.datastructures import UploadFile as StarletteUpload  # what the form parser hands over
+
+from assay.dyepack import registry
+from assay.errors import UserError
+from assay.models import GenerationParams
+from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
+from assay.store.web_models import WebUser
+from assay.web.accounts import has_role
+from assay.web.routes import Area, redirect, render
+from assay.web.security import DbSession, require
+
+pages = APIRouter(prefix="/dyepack", include_in_schema=False)
+api = APIRouter(prefix="/api/v1/dyepack", tags=["dyepack"])
+router = APIRouter()
+
+AREAS = [
+    Area(
+        "DyePack",
+        "/dyepack",
+        ("viewer",),
+        "Contamination checks: released benchmarks, verification runs, verdicts with exact FPRs.",
+        order=400,
+    )
+]
+Viewer = Annotated[WebUser, Depends(require("viewer"))]
+Organiser = Annotated[WebUser, Depends(require("organiser"))]
+Id = Annotated[int, Path(ge=1, le=2**62)]
+
+FPR_MEANING = (
+    "the probability that a model which never saw this test set follows at least this many of its backdoors"
+)
+_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dyepack-run")
+_active: set[int] = set()  # runs this process holds a key for (queued or running)
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def _reap(session: Session) -> None:
+    """Fail runs whose key holder stopped, so no page shows a run as running forever."""
+    registry.fail_interrupted_runs(session, lambda run: registry.holder_is_gone(run, _active))
+
+
+def _benchmark(session: Session, benchmark_id: int) -> DyePackBenchmark:
+    found = session.get(DyePackBenchmark, benchmark_id)
+    if found is None:
+        raise HTTPException(404, f"no DyePack benchmark with id {benchmark_id}")
+    return found
+
+
+def _run(session: Session, run_id: int) -> DyePackRun:
+    _reap(session)
+    found = session.get(DyePackRun, run_id)
+    if found is None:
+        raise HTTPException(404, f"no DyePack run with id {run_id}")
+    return found
+
+
+def _upload(upload: UploadFile | None, limit: int) -> tuple[bytes, str]:
+    """An upload's bytes (at most ``limit + 1``, so the size check can fail) and its file name."""
+    if not isinstance(upload, StarletteUpload):  # None, or a plain text field sent under the file's name
+        return b"", ""
+    return upload.file.read(limit + 1), upload.filename or ""
+
+
+def _number(text: str, field_name: str, low: float, high: float, integer: bool = False) -> float:
+    """A form number in (low, high) (``integer``: in [low, high]), or a one-line error naming the field."""
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        value = math.nan
+    inside = low <= value <= high if integer else low < value < high
+    if not inside:
+        what = f"a whole number from {low:g} to {high:g}" if integer else f"a number in ({low:g}, {high:g})"
+        raise UserError(f"{field_name}: must be {what} (value: {text[:40]!r})")
+    return value
+
+
+def _execute(sessions: sessionmaker[Session], run_id: int, job: registry.VerificationJob) -> None:
+    """The pool's task: one run; afterwards this process no longer holds its key."""
+    try:
+        registry.execute_run(sessions, run_id, job)
+    finally:
+        _active.discard(run_id)
+
+
+def _start(
+    request: Request,
+    session: Session,
+    benchmark: DyePackBenchmark,
+    job: registry.VerificationJob,
+    release_name: str,
+    user: WebUser,
+) -> DyePackRun:
+    """Record a queued run, commit it (the worker thread reads it), and hand the job to the pool."""
+    run = registry.create_run(session, benchmark, job, release_name, user.id)
+    _active.add(run.id)
+    try:
+        session.commit()
+    except BaseException:
+        _active.discard(run.id)
+        raise
+    _executor.submit(_execute, request.app.state.sessions, run.id, job)
+    return run
+
+
+def _seconds(run: DyePackRun) -> float | None:
+    if run.started_at is None or run.finished_at is None:
+        return None
+    return (run.finished_at.replace(tzinfo=None) - run.started_at.replace(tzinfo=None)).total_seconds()
+
+
+# ---------------------------------------------------------------- pages
+
+
+def _index_page(
+    request: Request, session: Session, user: WebUser, status_code: int = 200, **extra: Any
+) -> Response:
+    _reap(session)
+    return render(
+        request,
+        "dyepack_index.html",
+        status_code=status_code,
+        benchmarks=registry.list_benchmarks(session),
+        runs=registry.list_runs(session, limit=20),
+        can_write=has_role(user, "organiser"),
+        form=extra.pop("form", {}),
+        **extra,
+    )
+
+
+def _benchmark_page(
+    request: Request,
+    session: Session,
+    benchmark: DyePackBenchmark,
+    user: WebUser,
+    status_code: int = 200,
+    **extra: Any,
+) -> Response:
+    _reap(session)
+    return render(
+        request,
+        "dyepack_benchmark.html",
+        status_code=status_code,
+        benchmark=benchmark,
+        runs=registry.list_runs(session, benchmark.id),
+        can_write=has_role(user, "organiser"),
+        form=extra.pop("form", {"alpha": "0.001", "max_new_tokens": "32"}),
+        **extra,
+    )
+
+
+@pages.get("", response_class=HTMLResponse)
+def index(request: Request, session: DbSession, user: Viewer) -> Response:
+    return _index_page(request, session, user)
+
+
+@pages.post("/benchmarks", response_class=HTMLResponse)
+def register(
+    request: Request,
+    session: DbSession,
+    user: Organiser,
+    name: Annotated[str, Form()] = "",
+    commitment: Annotated[str, Form()] = "",
+    commitment_file: Annotated[UploadFile | None, File()] = None,
+    description: Annotated[str, Form()] = "",
+    url: Annotated[str, Form()] = "",
+) -> Response:
+    """Register a release by its commitment: the uploaded commitment.txt or its pasted text."""
+    form = {"name": name, "commitment": commitment, "description": description, "url": url}
+    try:
+        data, _ = _upload(commitment_file, registry.MAX_COMMITMENT_CHARS)
+        if data.strip() and commitment.strip():
+            raise UserError("commitment: upload commitment.txt or paste its contents, not both")
+        try:
+            text = data.decode("utf-8") if data.strip() else commitment
+        except UnicodeDecodeError:
+            raise UserError("commitment: the uploaded file is not UTF-8 text") from None
+        benchmark = registry.register_benchmark(session, name, text, description, url, user.id)
+    except UserError as err:
+        session.rollback()
+        return _index_page(request, session, user, 400, error=err, form=form)
+    return redirect(f"/dyepack/benchmarks/{benchmark.id}")
+
+
+@pages.get("/benchmarks/{benchmark_id}", response_class=HTMLResponse)
+def benchmark_page(request: Request, session: DbSession, user: Viewer, benchmark_id: Id) -> Response:
+    return _benchmark_page(request, session, _benchmark(session, benchmark_id), user)
+
+
+def _job_from_form(
+    benchmark: DyePackBenchmark, release: UploadFile | None, key: UploadFile | None, form: dict[str, str]
+) -> tuple[registry.VerificationJob, str]:
+    """Check every field of the run form, cheapest first; the key is parsed in memory and checked."""
+    spec, model_name = registry.check_model_spec(form["model"], form["model_name"])
+    alpha = _number(form["alpha"], "alpha", 0.0, 1.0)
+    tokens = int(_number(form["max_new_tokens"], "max new tokens", 1, 4096, integer=True))
+    secret = registry.parse_key(_upload(key, registry.MAX_KEY_BYTES)[0])
+    registry.check_key(benchmark, secret)
+    data, filename = _upload(release, registry.MAX_RELEASE_BYTES)
+    if not data:
+        raise UserError("release file: required (the released benchmark file)")
+    bench = registry.read_release(data, filename, secret)
+    params = GenerationParams(max_new_tokens=tokens)
+    return registry.VerificationJob(spec, model_name, params, alpha, secret, bench), filename
+
+
+@pages.post("/benchmarks/{benchmark_id}/runs", response_class=HTMLResponse)
+def start_run(
+    request: Request,
+    session: DbSession,
+    user: Organiser,
+    benchmark_id: Id,
+    release: Annotated[UploadFile | None, File()] = None,
+    key: Annotated[UploadFile | None, File()] = None,
+    model: Annotated[str, Form()] = "",
+    model_name: Annotated[str, Form()] = "",
+    alpha: Annotated[str, Form()] = "0.001",
+    max_new_tokens: Annotated[str, Form()] = "32",
+) -> Response:
+    """Start a verification in the background and go to its page, which follows it to the verdict."""
+    benchmark = _benchmark(session, benchmark_id)
+    form = {"model": model, "model_name": model_name, "alpha": alpha, "max_new_tokens": max_new_tokens}
+    try:
+        job, release_name = _job_from_form(benchmark, release, key, form)
+    except UserError as err:
+        return _benchmark_page(request, session, benchmark, user, 400, error=err, form=form)
+    run = _start(request, session, benchmark, job, release_name, user)
+    return redirect(f"/dyepack/runs/{run.id}")
+
+
+@pages.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, session: DbSession, user: Viewer, run_id: Id) -> Response:
+    run = _run(session, run_id)
+    return render(
+        request,
+        "dyepack_run.html",
+        run=run,
+        seconds=_seconds(run),
+        fpr_text=registry.format_probability(run.fpr, run.log10_fpr),
+        chernoff_text=registry.format_probability(run.chernoff_bound, None),
+        k_text=", ".join(str(k) for k in sorted(set(run.k_values or []))),
+    )
+
+
+# ---------------------------------------------------------------- JSON API
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite hands times back naive; every time in the store is UTC, and the API says so (RFC 3339)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+UtcTime = Annotated[datetime, AfterValidator(_utc)]
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "not signed in"},
+    403: {"model": Problem, "description": "the role does not allow it"},
+}
+
+
+class BenchmarkIn(BaseModel):
+    name: str = Field(min_length=1, max_length=100)
+    commitment: str = Field(
+        min_length=1,
+        max_length=registry.MAX_COMMITMENT_CHARS,
+        description="the contents of the release's commitment.txt",
+    )
+    description: str = Field("", max_length=2000)
+    url: str = Field("", max_length=500, description="an http(s) link to the release")
+
+
+class BenchmarkOut(BaseModel):
+    id: int
+    name: str
+    description: str
+    url: str
+    commitment: str = Field(description="hex SHA-256 of the salted key, as published")
+    release_fingerprint: str | None
+    created_at: UtcTime
+    runs: int
+
+
+class BackdoorOutcome(BaseModel):
+    """One backdoor's outcome, without its trigger, target or answers (they are part of the secret key)."""
+
+    index: int
+    k: int
+    samples: int
+    samples_on_target: int
+    activated: bool
+
+
+class RunOut(BaseModel):
+    id: int
+    benchmark_id: int
+    benchmark: str
+    model: str
+    model_name: str | None
+    release_name: str
+    status: str = Field(description="queued, running, done or failed")
+    error: str | None
+    created_at: UtcTime
+    started_at: UtcTime | None
+    finished_at: UtcTime | None
+    seconds: float | None
+    total_queries: int
+    done_queries: int
+    alpha: float
+    max_new_tokens: int
+    flagged: bool | None
+    verdict: str | None
+    activated: int | None
+    backdoors: int | None
+    k_values: list[int] | None
+    fpr: float | None = Field(description=f"exact false-positive rate: {FPR_MEANING}")
+    log10_fpr: float | None
+    chernoff_bound: float | None
+    samples: int | None
+    samples_on_target: int | None
+    unparsed: int | None
+
+
+class RunVerdict(RunOut):
+    per_backdoor: list[BackdoorOutcome]
+
+
+def _benchmark_out(benchmark: DyePackBenchmark, runs: int) -> BenchmarkOut:
+    return BenchmarkOut(
+        id=benchmark.id,
+        name=benchmark.name,
+        description=benchmark.description,
+        url=benchmark.url,
+        commitment=benchmark.commitment,
+        release_fingerprint=benchmark.release_fingerprint,
+        created_at=benchmark.created_at,
+        runs=runs,
+    )
+
+
+_DERIVED = ("benchmark", "model", "seconds")
+
+
+def _run_out(run: DyePackRun) -> dict[str, Any]:
+    """The API fields of a run: its columns, plus the benchmark's name and the duration."""
+    copied = {name: getattr(run, name) for name in RunOut.model_fields if name not in _DERIVED}
+    return {**copied, "benchmark": run.benchmark.name, "model": run.model_spec, "seconds": _seconds(run)}
+
+
+@api.get("/benchmarks", response_model=list[BenchmarkOut], responses=ERRORS, summary="Registered releases")
+def api_benchmarks(session: DbSession, user: Viewer) -> list[BenchmarkOut]:
+    return [_benchmark_out(b, n) for b, n in registry.list_benchmarks(session)]
+
+
+@api.post(
+    "/benchmarks",
+    response_model=BenchmarkOut,
+    status_code=201,
+    responses={**ERRORS, 400: {"model": Problem, "description": "a field is malformed"}},
+    summary="Register a release by its commitment (organisers)",
+)
+def api_register(body: BenchmarkIn, session: DbSession, user: Organiser) -> BenchmarkOut:
+    benchmark = registry.register_benchmark(
+        session, body.name, body.commitment, body.description, body.url, user.id
+    )
+    return _benchmark_out(benchmark, 0)
+
+
+@api.get("/runs", response_model=list[RunOut], responses=ERRORS, summary="Verification runs, newest first")
+def api_runs(
+    session: DbSession,
+    user: Viewer,
+    benchmark_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[RunOut]:
+    _reap(session)
+    return [RunOut(**_run_out(run)) for run in registry.list_runs(session, benchmark_id, limit)]
+
+
+@api.get(
+    "/runs/{run_id}",
+    response_model=RunVerdict,
+    responses={**ERRORS, 404: {"model": Problem, "description": "no such run"}},
+    summary="One run's verdict, exact false-positive rate and per-backdoor outcomes (no key material)",
+)
+def api_run(session: DbSession, user: Viewer, run_id: Id) -> RunVerdict:
+    run = _run(session, run_id)
+    return RunVerdict(**_run_out(run), per_backdoor=run.per_backdoor or [])
+
+
+router.include_router(pages)
+router.include_router(api)
