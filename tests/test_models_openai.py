@@ -9,7 +9,7 @@ import time
 import pytest
 
 from assay.errors import UserError
-from assay.models import GenerationParams, load_model, user_turn
+from assay.models import GenerationParams, load_model, stream_chat, user_turn
 from assay.models.stub_server import StubServer, serve_stub
 
 PARAMS = GenerationParams(max_new_tokens=16)
@@ -157,3 +157,19 @@ def test_stub_truncates_to_max_tokens_and_reports_unknown_model():
         wrong = load_model(f"openai:{url}", model_name="nope", max_retries=0)
         with pytest.raises(UserError, match="HTTP 404"):
             wrong.chat([user_turn("x")], PARAMS)
+
+
+def test_stream_yields_the_reply_in_pieces_and_other_backends_fall_back_to_chat(tmp_path):
+    stub = StubServer(lambda messages: "one two three four", chunk_delay=0.01)
+    with serve_stub(stub) as url:
+        model = load_model(f"openai:{url}")
+        pieces = list(stream_chat(model, user_turn("count"), PARAMS))
+        assert model.chat([user_turn("count")], PARAMS) == ["one two three four"]  # non-streaming unchanged
+    assert pieces == ["one ", "two ", "three ", "four"]
+    assert stub.stats.chat_bodies[0]["stream"] is True and "stream" not in stub.stats.chat_bodies[1]
+    module = tmp_path / "whole.py"
+    module.write_text("def reply(prompts):\n    return ['all at once' for _ in prompts]\n")
+    assert list(stream_chat(load_model(f"python:{module}:reply"), user_turn("x"), PARAMS)) == ["all at once"]
+    failing = StubServer(fail_first=9, fail_status=500, retry_after=0.001)
+    with serve_stub(failing) as url, pytest.raises(UserError, match=r"streamed chat completion failed.*500"):
+        list(stream_chat(load_model(f"openai:{url}", max_retries=1), user_turn("x"), PARAMS))

@@ -283,3 +283,20 @@ def test_login_over_a_real_uvicorn_server(app: FastAPI) -> None:
         assert response.status_code == 200 and str(response.url) == f"{base_url}/"
         assert "Signed in as <strong>olga</strong>" in response.text
         assert http.get("/api/v1/me").json()["roles"] == ["organiser"]
+
+
+def test_validation_errors_never_become_500_even_for_lone_surrogates(client: TestClient) -> None:
+    """Valid JSON that decodes to a lone surrogate ("\\ud800") is a 422, not a crash."""
+    login(client, "olga")
+    token = (
+        client.post("/account/tokens", data={"name": "fuzz", "csrf_token": csrf_token(client)})
+        .text.split('value="assay_')[1]
+        .split('"')[0]
+    )
+    response = client.post(
+        "/api/v1/dyepack/benchmarks",
+        content=b'"\\ud800"',
+        headers={"Authorization": f"Bearer assay_{token}", "Content-Type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["input"] == "\ud800"

@@ -174,6 +174,11 @@ def _svg_roc(points: tuple[list[float], list[float]] | None, size: int = 160) ->
     )
 
 
+def roc_svg(session: Session, submission_id: int, size: int = 160) -> str:
+    """A submission's ROC curve as inline SVG (numbers only, safe to embed), drawn as on the static page."""
+    return _svg_roc(roc_points(session, submission_id), size)
+
+
 def _table(title: str, rows: list[Standing], rocs: dict[int, str]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", "team", "technique", *HEADLINE, "ROC"))
     body = []

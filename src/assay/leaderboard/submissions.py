@@ -112,7 +112,13 @@ def validate(root: Path) -> tuple[list[str], str]:
     return [], str(values.get("technique", ""))[:200]
 
 
-def _window_error(session: Session, team_id: int, split_id: int, window_s: int, now: datetime) -> str | None:
+def window_reopens_at(
+    session: Session, team_id: int, split_id: int, window_s: int, now: datetime
+) -> datetime | None:
+    """When the team may next submit to the split, or None when it may submit ``now``.
+
+    Only submissions that ran or will run (``COUNTED``) start a window; the web shows this to the team.
+    """
     last = session.scalar(
         select(Submission.submitted_at)
         .where(Submission.team_id == team_id, Submission.split_id == split_id, Submission.status.in_(COUNTED))
@@ -123,9 +129,14 @@ def _window_error(session: Session, team_id: int, split_id: int, window_s: int, 
         return None
     last = last if last.tzinfo else last.replace(tzinfo=now.tzinfo)
     opens = last + timedelta(seconds=window_s)
-    if now < opens:
-        return f"the team's submission window for this split reopens at {opens.isoformat(timespec='seconds')}"
-    return None
+    return opens if now < opens else None
+
+
+def _window_error(session: Session, team_id: int, split_id: int, window_s: int, now: datetime) -> str | None:
+    opens = window_reopens_at(session, team_id, split_id, window_s, now)
+    if opens is None:
+        return None
+    return f"the team's submission window for this split reopens at {opens.isoformat(timespec='seconds')}"
 
 
 def submit(

@@ -20,6 +20,7 @@ from assay.models.base import (
     GenerationParams,
     Message,
     OnResult,
+    stream_chat,
     user_turn,
 )
 from assay.models.cache import CachedModel, ResponseCache, cache_key
@@ -63,6 +64,7 @@ __all__ = [
     "plain_prompt",
     "render_chat",
     "serve_stub",
+    "stream_chat",
     "user_turn",
 ]
 

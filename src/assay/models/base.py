@@ -1,9 +1,10 @@
-"""The one protocol for "a model we query": batched chat/text generation with a stable identity."""
+"""The one protocol for "a model we query": batched chat/text generation with a stable identity, plus
+``stream_chat`` for a person watching one reply arrive (backends may add a ``stream`` method)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,3 +56,14 @@ class ChatModel(Protocol):
     ) -> list[str]:
         """Return one assistant reply per conversation, in order; call ``on_result`` as each arrives."""
         ...
+
+
+def stream_chat(model: ChatModel, conversation: Conversation, params: GenerationParams) -> Iterator[str]:
+    """The reply to one conversation in pieces: the backend's own ``stream(conversation, params)`` when it
+    has one (``openai:``), else the whole reply from ``chat`` as a single piece, so every backend can sit
+    behind a streaming chat page."""
+    stream = getattr(model, "stream", None)
+    if callable(stream):
+        yield from stream(conversation, params)
+    else:
+        yield model.chat([conversation], params)[0]

@@ -13,8 +13,9 @@ requests in flight the client's CPU, not the server, is the limit (see ``docs/be
 same reason the aiohttp transport (``openai.DefaultAioHttpClient``, the ``openai[aiohttp]`` extra) is used
 when aiohttp is installed: it costs 40-50 % less CPU per request than the default httpx2 transport.
 
-Only the chat-completions API is used, non-streaming, with ``max_tokens``, ``temperature``, ``top_p`` and
-``seed``: the common subset the local servers implement.
+Only the chat-completions API is used, with ``max_tokens``, ``temperature``, ``top_p`` and ``seed``: the
+common subset the local servers implement; batches are non-streaming, ``stream`` (one conversation, for a
+person watching the reply arrive) asks for ``"stream": true``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import contextlib
 import importlib.util
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import openai
 
@@ -160,6 +161,24 @@ class OpenAIChatModel:
                     raise self._run_error(first, received, len(conversations)) from first
                 raise first from None
         return [text if text is not None else "" for text in results]
+
+    def stream(self, conversation: Conversation, params: GenerationParams) -> Iterator[str]:
+        """The reply to one conversation in pieces as the server sends them, for a person watching it
+        arrive (the web red-team chat). Blocking; a failure after the client's retries is a ``UserError``."""
+        model = self.model_name
+        try:
+            with openai.OpenAI(**self._client_kwargs()) as client:  # type: ignore[arg-type]
+                chunks = client.chat.completions.create(
+                    model=model,
+                    messages=conversation,  # type: ignore[arg-type]
+                    stream=True,
+                    **_request_args(params),  # type: ignore[arg-type]
+                )
+                for chunk in chunks:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        yield chunk.choices[0].delta.content
+        except openai.OpenAIError as exc:
+            raise UserError(f"{self.base_url}: streamed chat completion failed: {_describe(exc)}") from exc
 
     def _run_error(self, exc: openai.OpenAIError, received: int, total: int) -> UserError:
         retries = self.max_retries if _retryable(exc) else 0

@@ -5,8 +5,10 @@ model discovery) without a GPU or network. The app is a raw ASGI callable rather
 that one process can answer well over a thousand requests per second on two cores while it sleeps
 ``latency`` seconds per request (``asyncio.sleep``: requests overlap, nothing blocks).
 
-Only what the backend uses is served: ``GET /v1/models`` and non-streaming ``POST /v1/chat/completions``
-in the real OpenAI response shape; other paths answer 404 in the OpenAI error shape.
+Only what the backend uses is served: ``GET /v1/models`` and ``POST /v1/chat/completions`` in the real
+OpenAI response shape, streamed as ``chat.completion.chunk`` server-sent events (one word per chunk,
+``chunk_delay`` seconds apart) when the request asks for ``"stream": true``; other paths answer 404 in the
+OpenAI error shape.
 
     stub = StubServer(lambda messages: "Paris", latency=0.05, fail_first=2, fail_status=429)
     with serve_stub(stub) as base_url:          # "http://127.0.0.1:PORT/v1"
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -63,6 +66,7 @@ class StubServer:
     ``fail_first`` requests to ``/chat/completions`` answer ``fail_status`` (429 or 5xx, say) before any
     succeeds; ``retry_after`` (seconds), when set, is sent with each 429/500 as ``retry-after-ms``, the
     header the OpenAI client honours instead of its own exponential backoff (tests stay fast).
+    ``chunk_delay`` (seconds) is the pause between the words of a streamed reply.
     """
 
     def __init__(
@@ -74,9 +78,11 @@ class StubServer:
         fail_status: int = 429,
         retry_after: float | None = None,
         models: Sequence[str] = ("stub-model",),
+        chunk_delay: float = 0.0,
     ) -> None:
-        if latency < 0:
-            raise ValueError(f"latency must be >= 0, got {latency}")
+        if latency < 0 or chunk_delay < 0:
+            raise ValueError(f"latency and chunk_delay must be >= 0, got {latency}, {chunk_delay}")
+        self.chunk_delay = chunk_delay
         self.responder = responder
         self.latency = latency
         self.fail_first = fail_first
@@ -101,6 +107,9 @@ class StubServer:
             body = await _read_body(receive)
             status, payload, headers = await self._chat(body)
             self.stats.status_counts[status] += 1
+            if status == 200 and _wants_stream(body):
+                await _send_stream(send, payload, self.chunk_delay)
+                return
             await _send_json(send, status, payload, headers)
             return
         self.stats.status_counts[404] += 1
@@ -137,6 +146,40 @@ class StubServer:
         record["_status"] = 200
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
         return 200, _completion_body(number, model, messages, text, max_tokens), []
+
+
+def _wants_stream(raw: bytes) -> bool:
+    request = json.loads(raw)  # parsed once already by _chat, which answered 400 if it was not JSON
+    return isinstance(request, dict) and request.get("stream") is True
+
+
+def _chunk(completion: dict[str, Any], delta: dict[str, str], finish: str | None) -> bytes:
+    """One ``chat.completion.chunk`` server-sent event."""
+    body = {
+        "id": completion["id"],
+        "object": "chat.completion.chunk",
+        "created": completion["created"],
+        "model": completion["model"],
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def _send_stream(send: Any, payload: bytes, delay: float) -> None:
+    """The completion in ``payload`` as OpenAI streams it: a role chunk, one chunk per word (with its
+    trailing space), a finish chunk and ``data: [DONE]``."""
+    completion = json.loads(payload)
+    choice = completion["choices"][0]
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    body = {"type": "http.response.body", "more_body": True}
+    await send({**body, "body": _chunk(completion, {"role": "assistant"}, None)})
+    for word in re.findall(r"\s*\S+\s*", choice["message"]["content"]):
+        if delay:
+            await asyncio.sleep(delay)
+        await send({**body, "body": _chunk(completion, {"content": word}, None)})
+    finish = _chunk(completion, {}, choice["finish_reason"]) + b"data: [DONE]\n\n"
+    await send({"type": "http.response.body", "body": finish})
 
 
 def _last_user(messages: list[Message]) -> str:

@@ -7,6 +7,7 @@ and opens ``annotators_per_dialogue`` annotate tasks (plus out-group ablation ta
 group-targeted dialogues); ``submit_annotation`` stores a rating and, once the primary ratings of a
 dialogue are all in and two differ by ``arbitration_gap`` or more, opens exactly one arbitrate task.
 ``shortfalls`` reports the tasks nobody in the pool may take, by group, and marks them ``waiting``.
+``release_expired_claims`` puts claims nobody finished in time back in the queue.
 
 A claim is one conditional ``UPDATE ... WHERE id = (first eligible) AND (still eligible) RETURNING id``, so
 two claimers never get the same task and the checks (role, opt-out, daily cap, group membership, expertise,
@@ -404,6 +405,38 @@ def claim_next(
                 raise
             _retrying(attempt)
     return None
+
+
+def release_expired_claims(
+    session: Session,
+    campaign: StarCampaign,
+    timeout: timedelta,
+    now: datetime | None = None,
+    keep: Iterable[int] = (),
+) -> list[int]:
+    """Put claimed tasks older than ``timeout`` back in the queue (open, nobody's); their ids.
+
+    People close tabs and go home: without this a claimed task would wait for them forever. ``keep`` names
+    claimed tasks still in active use (a red-team chat with a recent turn) that stay claimed however old.
+    The claimer no longer appears among the dialogue's tasks, so they may be matched to it again later,
+    but never twice at once (the unique constraint still holds). One conditional UPDATE, so a task
+    submitted at the same moment is either done or released, never both.
+    """
+    cutoff = _utc(now) - timeout
+    released = session.scalars(
+        update(StarTask)
+        .where(
+            StarTask.campaign_id == campaign.id,
+            StarTask.status == "claimed",
+            StarTask.claimed_at < cutoff,
+            StarTask.id.not_in(list(keep)),
+        )
+        .values(status="open", participant_id=None, claimed_at=None)
+        .returning(StarTask.id)
+        .execution_options(synchronize_session="fetch")  # loaded tasks see the release
+    ).all()
+    session.flush()
+    return sorted(released)
 
 
 # --- dialogues ------------------------------------------------------------------------------------------

@@ -8,10 +8,13 @@ re-exported here: ``DbSession``, ``CurrentUser``, ``OptionalUser``, ``require``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -76,8 +79,17 @@ def create_app(database_url: str | None = None, *, secure_cookies: bool = False)
         app.state.areas.extend(areas)
     app.add_exception_handler(NotAuthenticated, not_authenticated_response)
     app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
+
+
+def _validation_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422, but written as ASCII JSON: its default echoes the input back as UTF-8, and input holding
+    a lone surrogate (valid JSON, ``"\\ud800"``) cannot be encoded, which turned a bad request into a 500."""
+    assert isinstance(exc, RequestValidationError)
+    body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True, default=str)
+    return Response(body, status_code=422, media_type="application/json")
 
 
 def _user_error(request: Request, exc: Exception) -> Response:

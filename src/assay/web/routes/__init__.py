@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
 
-ROUTER_MODULES = ("home", "auth", "admin", "api", "dyepack")
+ROUTER_MODULES = ("home", "auth", "admin", "api", "leaderboard", "star", "dyepack", "dashboard")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,184 @@
+"""What an organiser watches and what a team waits on: round states, the job queue, worker health, progress.
+
+``queue_status`` is the organiser's view (the web's ``/leaderboard/status`` and the organiser dashboard);
+``job_progress`` is one job's models done out of its total (the web's live job page). Both return pydantic
+models so the JSON API can hand them out as they are. A running job is *stale* when its heartbeat is older
+than the worker's reclaim limit: its worker has most likely died, and the next worker to poll takes it over.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from assay.leaderboard.rounds import split_models
+from assay.leaderboard.worker import STALE_AFTER_S
+from assay.store.models import Job, ModelResult, Round, Split, Submission, utcnow
+
+FINISHED = ("done", "failed", "timed-out")
+
+
+def as_utc(moment: datetime | None) -> datetime | None:
+    """Stored times are UTC; SQLite hands them back without a zone, so give them one."""
+    if moment is None:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class RoundState(BaseModel):
+    """One round: where it is in its lifecycle and how many jobs of each status it has."""
+
+    name: str
+    status: str
+    opened_at: datetime | None
+    closed_at: datetime | None
+    submissions: int
+    jobs: dict[str, int]
+
+
+class RunningJob(BaseModel):
+    """A job a worker holds, with its last heartbeat; ``stale`` when that is older than the reclaim limit."""
+
+    job_id: int
+    submission_id: int
+    team: str
+    round: str
+    split: str
+    worker: str | None
+    attempts: int
+    claimed_at: datetime | None
+    heartbeat_at: datetime | None
+    heartbeat_age_s: float | None
+    stale: bool
+    models_done: int
+    models_total: int
+
+
+class QueueStatus(BaseModel):
+    """The whole leaderboard at one moment: rounds, job counts by status, and each running job."""
+
+    checked_at: datetime
+    stale_after_s: float
+    queued: int
+    running: int
+    stale: int
+    jobs: dict[str, int]
+    rounds: list[RoundState]
+    running_jobs: list[RunningJob]
+
+
+class JobProgress(BaseModel):
+    """How far one job has got; ``finished`` once it is done, failed or timed out."""
+
+    job_id: int
+    submission_id: int
+    team: str
+    round: str
+    split: str
+    status: str
+    models_done: int
+    models_total: int
+    claimed_at: datetime | None
+    finished_at: datetime | None
+    finished: bool
+
+
+def _models_done(session: Session, job_id: int) -> int:
+    return session.scalar(select(func.count()).where(ModelResult.job_id == job_id)) or 0
+
+
+def job_progress(session: Session, job: Job) -> JobProgress:
+    """Models with a result out of the models the job's split runs (a folder listing, no scoring)."""
+    split = job.submission.split
+    return JobProgress(
+        job_id=job.id,
+        submission_id=job.submission_id,
+        team=job.submission.team.name,
+        round=split.round.name,
+        split=split.name,
+        status=job.status,
+        models_done=_models_done(session, job.id),
+        models_total=len(split_models(split)),
+        claimed_at=as_utc(job.claimed_at),
+        finished_at=as_utc(job.finished_at),
+        finished=job.status in FINISHED,
+    )
+
+
+def _running_job(session: Session, job: Job, now: datetime, stale_after_s: float) -> RunningJob:
+    beat = as_utc(job.heartbeat_at)
+    age = (now - beat).total_seconds() if beat is not None else None
+    progress = job_progress(session, job)
+    return RunningJob(
+        job_id=job.id,
+        submission_id=job.submission_id,
+        team=progress.team,
+        round=progress.round,
+        split=progress.split,
+        worker=job.worker,
+        attempts=job.attempts,
+        claimed_at=progress.claimed_at,
+        heartbeat_at=beat,
+        heartbeat_age_s=age,
+        stale=age is None or age > stale_after_s,
+        models_done=progress.models_done,
+        models_total=progress.models_total,
+    )
+
+
+def _round_states(session: Session) -> list[RoundState]:
+    counts: dict[int, dict[str, int]] = {}
+    rows = session.execute(
+        select(Split.round_id, Job.status, func.count())
+        .join(Submission, Submission.split_id == Split.id)
+        .join(Job, Job.submission_id == Submission.id)
+        .group_by(Split.round_id, Job.status)
+    )
+    for round_id, status, count in rows:
+        counts.setdefault(round_id, {})[status] = count
+    submitted = dict(
+        session.execute(
+            select(Split.round_id, func.count())
+            .join(Submission, Submission.split_id == Split.id)
+            .group_by(Split.round_id)
+        ).all()
+    )
+    return [
+        RoundState(
+            name=r.name,
+            status=r.status,
+            opened_at=as_utc(r.opened_at),
+            closed_at=as_utc(r.closed_at),
+            submissions=submitted.get(r.id, 0),
+            jobs=counts.get(r.id, {}),
+        )
+        for r in session.scalars(select(Round).order_by(Round.id))
+    ]
+
+
+def queue_status(
+    session: Session, now: datetime | None = None, stale_after_s: float = STALE_AFTER_S
+) -> QueueStatus:
+    """Round states, queue depth and worker health, as the organiser's status page shows them."""
+    now = now or utcnow()
+    jobs = {
+        status: count
+        for status, count in session.execute(select(Job.status, func.count()).group_by(Job.status))
+    }
+    running = [
+        _running_job(session, job, now, stale_after_s)
+        for job in session.scalars(select(Job).where(Job.status == "running").order_by(Job.id))
+    ]
+    return QueueStatus(
+        checked_at=now,
+        stale_after_s=stale_after_s,
+        queued=jobs.get("queued", 0),
+        running=jobs.get("running", 0),
+        stale=sum(job.stale for job in running),
+        jobs=jobs,
+        rounds=_round_states(session),
+        running_jobs=running,
+    )

@@ -1,0 +1,7 @@
+"""Organiser dashboard (in progress)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(include_in_schema=False)
