@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -36,17 +37,67 @@ def serve(
     secure_cookies: bool = typer.Option(
         False, "--secure-cookies", help="Mark the session cookie Secure (serve over HTTPS)."
     ),
+    demo: bool = typer.Option(
+        False, "--demo", help="Seed an empty database with a demo round, campaign, release and accounts."
+    ),
+    target: str | None = typer.Option(
+        None, "--target", help="With --demo: the campaign's target model (default: the bundled SmolLM2)."
+    ),
 ) -> None:
     """Run the web application (pages and the JSON API under /api/v1).
 
     Example: assay serve --port 8000   (then: assay user add alice --role organiser)
+    Example: ASSAY_HOME=demo-home assay serve --demo   (prints one password per role)
     """
     import uvicorn
 
     from assay.web.app import create_app
 
     web = create_app(db or settings().database_url, secure_cookies=secure_cookies)
+    if demo:
+        _seed_demo(web.state.sessions, target)
     uvicorn.run(web, host=host, port=port, proxy_headers=True)
+
+
+def _demo_round(folder: Path) -> Path:
+    """A real 8-model digits round (half trojaned), split 50/25/25: under a minute on 2 cores, made once."""
+    from assay.zoo.config import RoundConfig
+    from assay.zoo.round import generate_round
+    from assay.zoo.split import split_round
+
+    splits = folder / "splits"
+    if not (splits / "split.json").exists():
+        config = {"models": 8, "seed": 5, "architectures": ["mlp"], "widths": [8], "epochs": 6}
+        config |= {"source_specific_share": 0.0, "clean_accuracy_floor": 0.6, "asr_floor": 0.6}
+        generate_round(RoundConfig.model_validate(config), folder, workers=1)
+        split_round(folder, {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=1)
+    return splits
+
+
+def _seed_demo(sessions: Any, target: str | None) -> None:
+    """Seed (once) and print who can sign in with what."""
+    from assay.assets import asset_path
+    from assay.web.demo import demo_roles, seed_demo
+
+    home = settings().home / "demo"
+    with sessions() as session:
+        if accounts.list_users(session):
+            console.print("--demo: the database already has users; serving it as it is", highlight=False)
+            return
+    if target is None:
+        try:
+            target = f"hf:{asset_path('smollm2')}"
+        except UserError:
+            target = ""
+    console.print("--demo: training a small zoo round for the leaderboard (once) ...", highlight=False)
+    seeded = seed_demo(sessions, home, round_dir=_demo_round(home / "round"), target_model=target)
+    table = Table("username", "roles", "password")
+    for name, password in seeded.passwords.items():
+        table.add_row(name, ", ".join(demo_roles(name)), password)
+    console.print(table)
+    for note in seeded.notes:
+        console.print(f"note: {note}", highlight=False)
+    console.print(f"DyePack demo key (for a verification run): {seeded.dyepack_key}", highlight=False)
 
 
 @app.callback()
