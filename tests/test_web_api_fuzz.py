@@ -22,13 +22,13 @@ ST = Path(sys.executable).with_name("st")
 CHECKS = "not_a_server_error,response_schema_conformance"
 
 
-def _fuzz(base_url: str, *headers: str) -> subprocess.CompletedProcess[str]:
+def _fuzz(base_url: str, cwd: Path, *headers: str) -> subprocess.CompletedProcess[str]:
     args = [str(ST), "run", f"{base_url}/api/v1/openapi.json", "--checks", CHECKS, "--max-examples", "30"]
     args += ["--seed", "1", "--request-timeout", "30", "--phases", "examples,coverage,fuzzing"]
     for header in headers:
         args += ["-H", header]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1"}
-    return subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
 
 
 def test_api_fuzz_finds_no_server_errors(tmp_path: Path, small_round: Path, monkeypatch) -> None:
@@ -36,8 +36,8 @@ def test_api_fuzz_finds_no_server_errors(tmp_path: Path, small_round: Path, monk
     app = create_app(f"sqlite:///{tmp_path / 'web.db'}")
     seeded = seed_demo(app.state.sessions, tmp_path / "demo", round_dir=small_round / "splits")
     with serve_in_thread(app) as base_url:
-        signed_in = _fuzz(base_url, f"Authorization: Bearer {seeded.organiser_token}")
-        anonymous = _fuzz(base_url)
+        signed_in = _fuzz(base_url, tmp_path, f"Authorization: Bearer {seeded.organiser_token}")
+        anonymous = _fuzz(base_url, tmp_path)
     for run in (signed_in, anonymous):
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
         assert "API Operations" in run.stdout and " passed" in run.stdout  # it really ran
