@@ -27,8 +27,9 @@ from assay.star.analysis.reliability import (
 )
 from assay.star.assign import campaign_spec, list_annotations, shortfalls
 from assay.star.spec import CampaignSpec
+from assay.star.status import dialogue_counts
 from assay.store.models import utcnow
-from assay.store.star_models import StarCampaign, StarDialogue, StarTask
+from assay.store.star_models import StarCampaign, StarTask
 
 KINDS = ("red_team", "annotate", "arbitrate")
 
@@ -139,13 +140,7 @@ def campaign_progress(session: Session, campaign: StarCampaign, n_boot: int = 10
     spec = campaign_spec(campaign)
     missing = shortfalls(session, campaign)  # first: it moves tasks between open and waiting
     cells, by_status = _cells(session, campaign)
-    dialogues = dict(
-        session.execute(
-            select(StarDialogue.machine, func.count())
-            .where(StarDialogue.campaign_id == campaign.id)
-            .group_by(StarDialogue.machine)
-        ).all()
-    )
+    dialogues = dialogue_counts(session, campaign)
     ratings = _ratings(session, campaign)
     complete, ordinal, nominal = _agreement(ratings, spec, n_boot)
     return CampaignProgress(

@@ -11,6 +11,16 @@ from sqlalchemy.orm import Session
 from assay.store.star_models import StarAnnotation, StarCampaign, StarDialogue, StarTask
 
 
+def dialogue_counts(session: Session, campaign: StarCampaign) -> dict[bool, int]:
+    """Dialogues by their ``machine`` flag: {False: made by people, True: machine-made}."""
+    rows = session.execute(
+        select(StarDialogue.machine, func.count())
+        .where(StarDialogue.campaign_id == campaign.id)
+        .group_by(StarDialogue.machine)
+    )
+    return {bool(machine): int(count) for machine, count in rows}
+
+
 def campaign_status(session: Session, campaign: StarCampaign) -> dict[str, Any]:
     """Counts for the organiser; machine-made work is counted separately, never mixed in."""
     tasks: dict[str, dict[str, int]] = {}
@@ -21,13 +31,7 @@ def campaign_status(session: Session, campaign: StarCampaign) -> dict[str, Any]:
     )
     for kind, status, count in rows:
         tasks.setdefault(kind, {})[status] = count
-    dialogues = dict(
-        session.execute(
-            select(StarDialogue.machine, func.count())
-            .where(StarDialogue.campaign_id == campaign.id)
-            .group_by(StarDialogue.machine)
-        ).all()
-    )
+    dialogues = dialogue_counts(session, campaign)
     annotations = dict(
         session.execute(
             select(StarAnnotation.machine, func.count())
