@@ -55,6 +55,7 @@ bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_agreement.py
 	$(PY) benchmarks/bench_star_embed.py
 	$(PY) benchmarks/bench_star_report.py --dialogues 10000
+	$(PY) benchmarks/bench_web_annotators.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks detectors
