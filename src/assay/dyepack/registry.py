@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -400,3 +400,20 @@ def format_probability(p: float | None, log10_p: float | None) -> str:
     if p == 0.0 and log10_p is not None:
         return f"10^{log10_p:.1f}"
     return f"{p:.3g}"
+
+
+class DyePackSummary(BaseModel):
+    """Registered releases and verification runs at a glance (the organiser dashboard)."""
+
+    benchmarks: int
+    runs: dict[str, int]  # status -> count
+    flagged: int
+
+
+def run_summary(session: Session) -> DyePackSummary:
+    runs = session.execute(select(DyePackRun.status, func.count()).group_by(DyePackRun.status)).all()
+    return DyePackSummary(
+        benchmarks=session.scalar(select(func.count()).select_from(DyePackBenchmark)) or 0,
+        runs={str(status): int(count) for status, count in runs},
+        flagged=session.scalar(select(func.count()).where(DyePackRun.flagged.is_(True))) or 0,
+    )

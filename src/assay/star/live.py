@@ -39,6 +39,7 @@ from assay.store.star_web_models import (
     DEFAULT_TEMPERATURE,
     StarDraft,
     StarDraftTurn,
+    StarWebReport,
     StarWebSettings,
 )
 
@@ -272,3 +273,32 @@ def continuous_work(session: Session, participant_ids: list[int], now: datetime 
             break
         start = previous = moment
     return now - start
+
+
+# --- the campaign's latest analysis report ---------------------------------------------------------------
+
+
+def latest_report(session: Session, campaign: StarCampaign) -> StarWebReport | None:
+    """The report last built for this campaign on the web, or None."""
+    return session.scalar(select(StarWebReport).where(StarWebReport.campaign_id == campaign.id))
+
+
+def build_latest_report(session: Session, campaign: StarCampaign, user_id: int | None) -> StarWebReport:
+    """Analyse the campaign's human-made data (no thematic map: ``assay star report`` draws it, with an
+    embedding model) and keep the page as the campaign's latest report."""
+    import pandas as pd
+
+    from assay.star.analysis.report import build_report, render_html
+    from assay.star.exchange import campaign_tables
+
+    spec = campaign_spec(campaign)
+    frames = {k: pd.DataFrame(rows) for k, rows in campaign_tables(session, campaign).items()}
+    result = build_report(spec, frames)
+    row = latest_report(session, campaign)
+    if row is None:
+        row = StarWebReport(campaign_id=campaign.id)
+        session.add(row)
+    row.html, row.summary, row.created_by = render_html(result, spec), result.summary, user_id
+    row.created_at = utcnow()
+    session.flush()
+    return row

@@ -14,15 +14,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from assay.dyepack.registry import DyePackSummary, run_summary
 from assay.leaderboard.status import QueueStatus, queue_status
+from assay.star.live import latest_report
 from assay.star.progress import campaign_progress
-from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
 from assay.store.models import utcnow
 from assay.store.star_models import StarCampaign
-from assay.store.star_web_models import StarWebReport
 from assay.store.web_models import WebUser
 from assay.web.routes import Area, render
 from assay.web.security import DbSession, require
@@ -47,12 +47,6 @@ class CampaignSummary(BaseModel):
     report_at: datetime | None
 
 
-class DyePackSummary(BaseModel):
-    benchmarks: int
-    runs: dict[str, int]  # status -> count
-    flagged: int
-
-
 class Overview(BaseModel):
     generated_at: datetime
     leaderboard: QueueStatus
@@ -62,8 +56,7 @@ class Overview(BaseModel):
 
 def _campaign(session: Session, campaign: StarCampaign) -> CampaignSummary:
     progress = campaign_progress(session, campaign, n_boot=0)
-    latest = select(StarWebReport.created_at).where(StarWebReport.campaign_id == campaign.id)
-    report_at = session.scalar(latest)
+    report = latest_report(session, campaign)
     return CampaignSummary(
         name=campaign.name,
         tasks=progress.tasks,
@@ -74,16 +67,7 @@ def _campaign(session: Session, campaign: StarCampaign) -> CampaignSummary:
         alpha=progress.agreement.alpha,
         alpha_units=progress.agreement.n_units,
         arbitration_rate=progress.arbitration.rate,
-        report_at=report_at,
-    )
-
-
-def _dyepack(session: Session) -> DyePackSummary:
-    runs = dict(session.execute(select(DyePackRun.status, func.count()).group_by(DyePackRun.status)).all())
-    return DyePackSummary(
-        benchmarks=session.scalar(select(func.count()).select_from(DyePackBenchmark)) or 0,
-        runs={str(k): int(v) for k, v in runs.items()},
-        flagged=session.scalar(select(func.count()).where(DyePackRun.flagged.is_(True))) or 0,
+        report_at=report.created_at if report else None,
     )
 
 
@@ -94,7 +78,7 @@ def overview(session: Session) -> Overview:
         generated_at=utcnow(),
         leaderboard=queue_status(session),
         campaigns=[_campaign(session, c) for c in campaigns],
-        dyepack=_dyepack(session),
+        dyepack=run_summary(session),
     )
 
 

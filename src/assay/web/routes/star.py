@@ -42,9 +42,8 @@ from assay.star.assign import (
 )
 from assay.star.dialogue import mention_labels
 from assay.star.progress import CampaignProgress, campaign_progress
-from assay.store.models import utcnow
 from assay.store.star_models import StarAnnotation, StarCampaign, StarDialogue, StarParticipant, StarTask
-from assay.store.star_web_models import StarDraft, StarWebReport
+from assay.store.star_web_models import StarDraft
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role, participants_of
 from assay.web.routes import Area, redirect, render
@@ -512,7 +511,7 @@ def _dashboard(
     request: Request, session: Session, campaign: StarCampaign, status_code: int = 200, **extra: Any
 ) -> Response:
     live.release_expired(session, campaign)
-    report = session.scalar(select(StarWebReport.created_at).where(StarWebReport.campaign_id == campaign.id))
+    report = live.latest_report(session, campaign)
     return render(
         request,
         "star_dashboard.html",
@@ -520,7 +519,7 @@ def _dashboard(
         campaign=campaign,
         progress=campaign_progress(session, campaign),
         settings=extra.pop("settings", None) or live.settings_of(session, campaign),
-        report_at=report,
+        report_at=report.created_at if report else None,
         kind_label=KIND_LABEL,
         **extra,
     )
@@ -570,32 +569,16 @@ def _validation_line(err: ValidationError) -> str:
 
 @pages.post("/campaigns/{name}/report")
 def build_report(request: Request, session: DbSession, user: Organiser, name: CampaignName) -> Response:
-    """Build the analysis report from the human-made data (no thematic map: ``assay star report`` draws it)
-    and keep it as the campaign's latest."""
-    import pandas as pd
-
-    from assay.star.analysis.report import build_report as build
-    from assay.star.analysis.report import render_html
-    from assay.star.exchange import campaign_tables
-
+    """Build the analysis report and keep it as the campaign's latest."""
     campaign = _campaign(session, name)
-    spec = campaign_spec(campaign)
-    frames = {k: pd.DataFrame(rows) for k, rows in campaign_tables(session, campaign).items()}
-    result = build(spec, frames)
-    row = session.scalar(select(StarWebReport).where(StarWebReport.campaign_id == campaign.id))
-    if row is None:
-        row = StarWebReport(campaign_id=campaign.id)
-        session.add(row)
-    row.html, row.summary, row.created_by = render_html(result, spec), result.summary, user.id
-    row.created_at = utcnow()
+    live.build_latest_report(session, campaign, user.id)
     return redirect(f"/star/campaigns/{campaign.name}/report")
 
 
 @pages.get("/campaigns/{name}/report", response_class=HTMLResponse)
 def show_report(session: DbSession, user: Organiser, name: CampaignName) -> Response:
     """The stored report as it is (self-contained), under a CSP that lets its inline styles and images in."""
-    campaign = _campaign(session, name)
-    row = session.scalar(select(StarWebReport).where(StarWebReport.campaign_id == campaign.id))
+    row = live.latest_report(session, _campaign(session, name))
     if row is None:
         raise HTTPException(404, "no report yet: build one on the campaign page")
     return HTMLResponse(row.html, headers={"content-security-policy": REPORT_CSP})
