@@ -27,7 +27,9 @@ def make_engine(url: str | None = None) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+    # No cap on connections: a web server's thread pool (40 in FastAPI) must never wait on a 15-connection
+    # pool while the threads holding connections wait on it in turn; SQLite connections cost little.
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, max_overflow=-1)
 
     @event.listens_for(engine, "connect")
     def _pragmas(connection, _record) -> None:  # type: ignore[no-untyped-def]

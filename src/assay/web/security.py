@@ -91,6 +91,7 @@ def optional_user(request: Request, session: DbSession) -> WebUser | None:
         if user is None:
             raise HTTPException(401, "invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"})
         request.state.user, request.state.auth = user, "bearer"
+        _commit_bookkeeping(session)
         return user
     found = accounts.session_user(session, request.cookies.get(SESSION_COOKIE))
     if found is None:
@@ -98,7 +99,15 @@ def optional_user(request: Request, session: DbSession) -> WebUser | None:
     user, web_session = found
     request.state.user, request.state.auth = user, "session"
     request.state.csrf_token = web_session.csrf_token
+    _commit_bookkeeping(session)
     return user
+
+
+def _commit_bookkeeping(session: Session) -> None:
+    """Commit a last-used/last-seen update at once, so a read-only request never holds SQLite's write lock
+    while it waits for a thread (under load that stalled every writer until the 30 s lock timeout)."""
+    if session.dirty or session.deleted:
+        session.commit()
 
 
 OptionalUser = Annotated[WebUser | None, Depends(optional_user)]

@@ -773,6 +773,7 @@ def api_annotate(session: DbSession, user: Worker, task_id: TaskId, body: Annota
     if task.kind == "red_team":
         raise HTTPException(404, "no such annotation task of yours")
     annotation_id = submit_annotation(session, task.id, body.rating, body.reason)
+    session.commit()  # now: SQLite's write lock must not wait for the response-validation thread hop
     return AnnotationOut(annotation_id=annotation_id, task=_task_out(session, task))
 
 
