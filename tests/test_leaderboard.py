@@ -57,13 +57,22 @@ def model_value(name: str) -> float:
     return int(hashlib.sha256(name.encode()).hexdigest()[:4], 16) / 65535
 
 
-DETERMINISTIC = (
-    "assert len(os.listdir(args.examples_dirpath)) == 21  # 20 clean examples and labels.csv\n"
-    "name = os.environ['ASSAY_MODEL_NAME']  # the harness names the model; its folder is not visible\n"
-    "time.sleep(float(os.environ.get('FAKE_SLEEP', '0')))\n"
-    "value = int(hashlib.sha256(name.encode()).hexdigest()[:4], 16) / 65535\n"
-    "open(args.result_filepath, 'w').write(repr(value))\n"
-)
+def deterministic(sleep_s: float = 0.0) -> str:
+    """A detector body answering ``model_value`` after ``sleep_s`` seconds.
+
+    The pause is written into the body: the sandbox builds the detector's environment from scratch, so
+    a variable set for the worker never reaches the detector.
+    """
+    return (
+        "assert len(os.listdir(args.examples_dirpath)) == 21  # 20 clean examples and labels.csv\n"
+        "name = os.environ['ASSAY_MODEL_NAME']  # the harness names the model; its folder is not visible\n"
+        f"time.sleep({sleep_s!r})\n"
+        "value = int(hashlib.sha256(name.encode()).hexdigest()[:4], 16) / 65535\n"
+        "open(args.result_filepath, 'w').write(repr(value))\n"
+    )
+
+
+DETERMINISTIC = deterministic()
 
 
 @pytest.fixture
@@ -212,9 +221,9 @@ def test_hidden_ground_truth_cannot_be_read(board, small_round: Path, tmp_path: 
 def test_killed_worker_resumes_without_duplicates(board, tmp_path: Path) -> None:
     sessions, artifacts = board
     made = _submit(
-        sessions, artifacts, "alpha", fake_detector(tmp_path / "slow", DETERMINISTIC), split="train"
+        sessions, artifacts, "alpha", fake_detector(tmp_path / "slow", deterministic(1.5)), split="train"
     )
-    env = {**os.environ, "FAKE_SLEEP": "1.5", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     worker = subprocess.Popen(
         [sys.executable, "-m", "assay", "leaderboard", "worker", "--once"], env=env, start_new_session=True
     )
