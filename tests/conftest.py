@@ -83,3 +83,22 @@ def small_round(tmp_path_factory) -> Path:
     generate_round(RoundConfig.model_validate(SMALL_ROUND), out, workers=2)
     split_round(out, {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
     return out
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One throwaway PostgreSQL server for the session (tests/postgres.py); skips where none is installed."""
+    from postgres import postgres_bin, postgres_server
+
+    if postgres_bin() is None:
+        pytest.skip("PostgreSQL is not installed (`make install` installs Debian's postgresql)")
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """A fresh, empty database on each backend the store supports."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return request.getfixturevalue("postgres").new_database()

@@ -76,8 +76,9 @@ DETERMINISTIC = deterministic()
 
 
 @pytest.fixture
-def board(small_round: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    url = f"sqlite:///{tmp_path / 'lb.db'}"
+def board(small_round: Path, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An open round with four teams, on SQLite and on PostgreSQL (conftest's ``db_url``)."""
+    url = db_url
     monkeypatch.setenv("ASSAY_DB_URL", url)
     sessions = open_store(url)
     with sessions.begin() as session:

@@ -475,8 +475,8 @@ def _run_workers(pool, barrier, target, url: str, shares: list) -> list:
     return [p.get(timeout=120) for p in pending]
 
 
-def test_four_processes_never_double_claim_and_open_one_arbitration(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'star.db'}"
+def test_four_processes_never_double_claim_and_open_one_arbitration(db_url: str) -> None:
+    url = db_url  # SQLite and PostgreSQL: the claim is one conditional UPDATE on both
     sessions = open_store(url)
     with sessions.begin() as session:
         campaign = create_campaign(session, make_spec())

@@ -36,11 +36,6 @@ def fast_argon2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'web.db'}"
-
-
-@pytest.fixture
 def app(db_url: str) -> FastAPI:
     web = create_app(db_url)
     with web.state.sessions.begin() as session:

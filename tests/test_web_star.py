@@ -92,8 +92,9 @@ def build_app(db_url: str, target: str, instructions: int = 2) -> FastAPI:
 
 
 @pytest.fixture
-def app(tmp_path: Path, target: str) -> FastAPI:
-    return build_app(f"sqlite:///{tmp_path / 'star.db'}", target)
+def app(db_url: str, target: str) -> FastAPI:
+    """The STAR pages on SQLite and on PostgreSQL (conftest's ``db_url``)."""
+    return build_app(db_url, target)
 
 
 class Person:

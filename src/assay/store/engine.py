@@ -3,13 +3,18 @@
 SQLite (a file under ``ASSAY_HOME``) by default: foreign keys on, WAL journal so readers do not block the
 writer, and a busy timeout so two workers wait for each other instead of failing. PostgreSQL by
 ``ASSAY_DB_URL``. ``open_store`` runs the migrations on every open, which is a no-op when up to date.
+Several processes opening a fresh database at once (uvicorn workers, leaderboard workers) take turns: the
+migration runs under a lock, so the second one finds the schema already there instead of racing to create it.
 """
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,6 +22,7 @@ from assay.config import settings
 from assay.errors import UserError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATION_LOCK_KEY = 0x61737361  # "assa": the PostgreSQL advisory lock that serialises migrations
 
 
 def make_engine(url: str | None = None) -> Engine:
@@ -49,9 +55,36 @@ def upgrade(engine: Engine) -> None:
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
+    with _file_lock(engine), engine.begin() as connection:
+        _advisory_lock(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, "heads")  # pillars may branch from one revision
+
+
+def _advisory_lock(connection: Connection) -> None:
+    """On PostgreSQL, hold a transaction-scoped lock so concurrent migrations run one after the other."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+
+@contextmanager
+def _file_lock(engine: Engine) -> Iterator[None]:
+    """On a SQLite file, hold an exclusive flock on ``<file>.migrate-lock`` while migrating.
+
+    SQLite runs DDL outside the migration's transaction, so two processes could both see an empty schema;
+    the lock is a separate file because closing any descriptor of the database itself would drop the POSIX
+    locks SQLite holds on it.
+    """
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def open_store(url: str | None = None) -> sessionmaker[Session]:
