@@ -4,6 +4,7 @@ CSV tables and a JSON summary whose numbers equal the analysis functions' own.""
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from tests.conftest import SHARED_DATA
 
 from assay.cli import main
 from assay.star.analysis import in_group_annotation, reliability
-from assay.star.exchange import read_export
+from assay.star.analysis.report import build_report
+from assay.star.exchange import COLUMNS, read_export
 from assay.star.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "star-campaign.yaml"
@@ -154,6 +156,16 @@ def test_spec_travels_with_the_export(campaign: Path) -> None:
     spec, frames = read_export(campaign / "export")
     assert spec == load_spec(EXAMPLE).model_copy(update={"name": "demo-campaign-simulated"})
     assert isinstance(frames["dialogues"]["turns"].iloc[0], list)  # Parquet's JSON strings decoded
+
+
+def test_documented_columns_are_the_exported_ones_and_fill_empty_tables(campaign: Path) -> None:
+    """COLUMNS is what an export holds, so a campaign with no ratings yet still reports (no KeyError)."""
+    spec, frames = read_export(campaign / "export")
+    assert {name: tuple(frame.columns) for name, frame in frames.items()} == COLUMNS
+    empty = {**frames, "annotations": pd.DataFrame()}
+    report = build_report(spec, empty, n_boot=20)
+    assert report.summary["n"]["annotations"] == 0 and report.summary["n"]["dialogues"] == 30
+    assert math.isnan(report.summary["reliability"]["ordinal"]["alpha"] or math.nan)
 
 
 def test_unreadable_machine_ratings_are_left_out_and_counted(campaign: Path) -> None:

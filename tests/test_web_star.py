@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -511,13 +513,64 @@ def test_dashboard_is_for_organisers_and_shows_progress_agreement_and_report(
     assert settings.claim_timeout_minutes == 30 and settings.target_model == "openai:http://127.0.0.1:9/v1"
 
     assert olga.get("/star/campaigns/demo/report").status_code == 404  # none built yet
-    assert olga.post("/star/campaigns/demo/report").headers["location"] == "/star/campaigns/demo/report"
+    started = olga.post("/star/campaigns/demo/report", embedder="none")
+    assert started.headers["location"] == "/star/campaigns/demo#report-heading"
+    wait_for_report(olga)
     report = olga.get("/star/campaigns/demo/report")
     assert report.status_code == 200 and "demo" in report.text
     assert "style-src 'unsafe-inline'" in report.headers["content-security-policy"]
     assert "script-src" not in report.headers["content-security-policy"]
     assert viewer.get("/star/campaigns/demo/report").status_code == 403
     assert "'unsafe-inline'" not in olga.get("/star/campaigns/demo").headers["content-security-policy"]
+
+
+def wait_for_report(organiser: Person, campaign: str = "demo", timeout: float = 120) -> str:
+    """Reload the dashboard until the background build has stored a report; the dashboard's text."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page = organiser.get(f"/star/campaigns/{campaign}").text
+        if "A report is being built" not in page:
+            assert "The last build failed" not in page, page
+            return page
+        time.sleep(0.2)
+    raise AssertionError(f"no report for {campaign} after {timeout} s")
+
+
+def test_report_with_a_thematic_map_is_built_in_the_background(
+    db_url: str, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four dialogues, the hashing embedder: the stored report carries the map; a second build while the
+    first runs is not started twice; an embedder outside the list is refused without a 500."""
+    app = build_app(db_url, target, instructions=4)
+    rita, olga = Person(app, "rita"), Person(app, "olga")
+    for _ in range(4):
+        red_team_dialogue(rita)
+    release = threading.Event()
+    real_build = live.build_latest_report
+
+    def held_build(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        release.wait(60)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(live, "build_latest_report", held_build)
+    assert olga.post("/star/campaigns/demo/report", embedder="hashing").status_code == 303
+    olga.post("/star/campaigns/demo/report", embedder="hashing")  # a second click while it runs
+    page = olga.get("/star/campaigns/demo").text
+    assert "A report is being built" in page and re.search(r"<button type=\"submit\" disabled>Build", page)
+    release.set()
+    page = wait_for_report(olga)
+    assert "View the report of" in page
+    with app.state.sessions() as session:
+        stored = live.latest_report(session, session.scalars(select(StarCampaign)).one())
+        assert stored is not None
+        themes = stored.summary["themes"]
+    assert themes["n_by_source"]["original"] == {"demo": 4}
+    assert themes["parameters"]["embedder"].startswith("hashing")
+    html = olga.get("/star/campaigns/demo/report").text
+    assert "Thematic map" in html and "data:image/png;base64," in html
+    assert olga.post("/star/campaigns/demo/report", embedder="bert").status_code == 422
+    for person in (rita, olga):
+        person.client.close()
 
 
 def test_pages_load_their_own_script_and_style_only(app: FastAPI, people: dict[str, Person]) -> None:

@@ -9,6 +9,7 @@ page, partly written, before it is complete. Screenshots: build/test-artifacts/s
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,14 @@ def organiser(page: Any, base_url: str) -> None:
     page.goto(f"{base_url}/star/campaigns/demo")
     assert "100.0%" in page.inner_text("#arbitration-rate")
     screenshot(page, "star-dashboard")
+    page.select_option("#report-embedder", "hashing")
     page.click("button:has-text('Build the report now')")
+    page.wait_for_url("**/star/campaigns/demo#report-heading")
+    deadline = time.monotonic() + 120  # the build runs in the background; the page says when it is stored
+    while not page.locator("a:has-text('View the report')").count() and time.monotonic() < deadline:
+        time.sleep(0.5)
+        page.reload()
+    page.click("a:has-text('View the report')")
     page.wait_for_url("**/star/campaigns/demo/report")
     assert page.locator("table").count() > 0
     screenshot(page, "star-report")

@@ -415,23 +415,13 @@ def report(
 
     Example: assay star report demo-campaign --machine include --compare hh.jsonl --out report/
     """
-    from assay.config import settings
-    from assay.star.analysis.embed import EmbeddingCache, make_embedder
-    from assay.star.analysis.report import ThemeOptions, build_report, write_report
+    from assay.star.analysis.report import build_report, theme_options, write_report
 
     spec, frames = _report_inputs(campaign, export, spec_path, machine)
     others = [read_table(path) for path in compare]
-    themes = None
-    if embedder_name != "none":
-        cache_path = cache or settings().home / "cache" / "embeddings.sqlite"
-        themes = ThemeOptions(
-            embedder=make_embedder(embedder_name),
-            cache=EmbeddingCache(cache_path),
-            n_clusters=clusters,
-            n_neighbors=neighbours,
-            per_source=per_source,
-            seed=seed,
-        )
+    themes = theme_options(
+        embedder_name, cache, n_clusters=clusters, n_neighbors=neighbours, per_source=per_source, seed=seed
+    )
     with progress_bar() as progress:
         progress.add_task("analysing", total=None)
         result = build_report(spec, frames, others, themes, n_boot=n_boot, seed=seed)

@@ -40,6 +40,21 @@ FORMATS = ("jsonl", "parquet")
 _MACHINE_FILTER: dict[str, bool | None] = {"exclude": False, "include": None, "only": True}
 SPEC_FILE = "spec.json"
 TABLES = ("instructions", "dialogues", "annotations")
+COLUMNS = {  # every table's documented columns (docs/star.md), in order
+    "instructions": (
+        *("campaign", "id", "number", "rule_id", "rule_area", "group", "group_label", "parameters"),
+        *("template", "text"),
+    ),
+    "dialogues": (
+        *("campaign", "dialogue_id", "source", "instruction_id", "rule_id", "group_label", "red_teamer"),
+        *("red_teamer_relation", "topic", "target_model", "machine", "started_at", "finished_at"),
+        *("pre_annotation", "turns"),
+    ),
+    "annotations": (
+        *("campaign", "annotation_id", "dialogue_id", "annotator", "annotator_relation", "kind"),
+        *("ablation", "rating", "label", "broken", "reason", "machine", "created_at"),
+    ),
+}
 # Fields that hold JSON objects or lists; Parquet stores them as JSON strings.
 NESTED = ("group", "parameters", "pre_annotation", "turns")
 
@@ -149,6 +164,15 @@ def campaign_tables(
             }
             for a in annotations
         ],
+    }
+
+
+def with_all_columns(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The tables with every documented column, so an empty one (a campaign with no ratings yet, an
+    export's empty file) or an imported set without some fields reads as missing values, not a KeyError."""
+    return {
+        name: frame.reindex(columns=[*frame.columns, *(c for c in COLUMNS.get(name, ()) if c not in frame)])
+        for name, frame in frames.items()
     }
 
 

@@ -283,17 +283,19 @@ def latest_report(session: Session, campaign: StarCampaign) -> StarWebReport | N
     return session.scalar(select(StarWebReport).where(StarWebReport.campaign_id == campaign.id))
 
 
-def build_latest_report(session: Session, campaign: StarCampaign, user_id: int | None) -> StarWebReport:
-    """Analyse the campaign's human-made data (no thematic map: ``assay star report`` draws it, with an
-    embedding model) and keep the page as the campaign's latest report."""
+def build_latest_report(
+    session: Session, campaign: StarCampaign, user_id: int | None, embedder: str = "none"
+) -> StarWebReport:
+    """Analyse the campaign's human-made data, with the thematic map when ``embedder`` (a name for
+    ``make_embedder``) is not ``none``, and keep the page as the campaign's latest report."""
     import pandas as pd
 
-    from assay.star.analysis.report import build_report, render_html
+    from assay.star.analysis.report import build_report, render_html, theme_options
     from assay.star.exchange import campaign_tables
 
     spec = campaign_spec(campaign)
     frames = {k: pd.DataFrame(rows) for k, rows in campaign_tables(session, campaign).items()}
-    result = build_report(spec, frames)
+    result = build_report(spec, frames, themes=theme_options(embedder))
     row = latest_report(session, campaign)
     if row is None:
         row = StarWebReport(campaign_id=campaign.id)

@@ -50,6 +50,18 @@ class ThemeOptions:
     seed: int = 0
 
 
+def theme_options(embedder: str, cache: Path | None = None, **options: Any) -> ThemeOptions | None:
+    """The map's options for an embedder name (``none`` skips the map), with vectors cached in ``cache``
+    (default ``ASSAY_HOME/cache/embeddings.sqlite``) so a report built again embeds only new dialogues."""
+    if embedder == "none":
+        return None
+    from assay.config import settings
+    from assay.star.analysis.embed import EmbeddingCache, make_embedder
+
+    path = cache or settings().home / "cache" / "embeddings.sqlite"
+    return ThemeOptions(embedder=make_embedder(embedder), cache=EmbeddingCache(path), **options)
+
+
 @dataclass
 class Report:
     """The computed report: a JSON-ready summary, CSV tables by name and figures by name."""
@@ -197,6 +209,9 @@ def build_report(
     seed: int = 0,
 ) -> Report:
     """Run every analysis on the export tables; the thematic map only when ``themes.embedder`` is set."""
+    from assay.star.exchange import with_all_columns
+
+    frames = with_all_columns(frames)
     instructions, dialogues, annotations = (frames[k] for k in ("instructions", "dialogues", "annotations"))
     annotations, unparsed = _without_unparsed(annotations)
     rel = reliability(annotations, dialogues, spec, n_boot=n_boot, seed=seed)

@@ -46,6 +46,7 @@ from assay.store.star_models import StarAnnotation, StarCampaign, StarDialogue, 
 from assay.store.star_web_models import StarDraft
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role, participants_of
+from assay.web.report_builds import EMBEDDERS, report_builds
 from assay.web.routes import Area, redirect, render
 from assay.web.security import DbSession, require
 
@@ -75,6 +76,7 @@ Organiser = Annotated[WebUser, Depends(require("organiser"))]
 TaskId = Annotated[int, Path(ge=1, le=MAX_ID, description="A task id from your task list.")]
 CampaignName = Annotated[str, Path(min_length=1, max_length=100)]
 Kind = Literal["red_team", "annotate", "arbitrate"]
+MapEmbedder = Literal["minilm", "hashing", "none"]  # the keys of report_builds.EMBEDDERS
 
 
 def _plain(text: str) -> str:
@@ -511,7 +513,8 @@ def _dashboard(
     request: Request, session: Session, campaign: StarCampaign, status_code: int = 200, **extra: Any
 ) -> Response:
     live.release_expired(session, campaign)
-    report = live.latest_report(session, campaign)
+    build = report_builds(request).state(campaign.id)  # before the report: a build ending between the two
+    report = live.latest_report(session, campaign)  # reads then still shows its report
     return render(
         request,
         "star_dashboard.html",
@@ -520,6 +523,8 @@ def _dashboard(
         progress=campaign_progress(session, campaign),
         settings=extra.pop("settings", None) or live.settings_of(session, campaign),
         report_at=report.created_at if report else None,
+        report_build=build,
+        embedders=EMBEDDERS,
         kind_label=KIND_LABEL,
         **extra,
     )
@@ -568,11 +573,17 @@ def _validation_line(err: ValidationError) -> str:
 
 
 @pages.post("/campaigns/{name}/report")
-def build_report(request: Request, session: DbSession, user: Organiser, name: CampaignName) -> Response:
-    """Build the analysis report and keep it as the campaign's latest."""
+def build_report(
+    request: Request,
+    session: DbSession,
+    user: Organiser,
+    name: CampaignName,
+    embedder: Annotated[MapEmbedder, Form()] = "minilm",
+) -> Response:
+    """Start building the analysis report in the background; the dashboard shows when it is ready."""
     campaign = _campaign(session, name)
-    live.build_latest_report(session, campaign, user.id)
-    return redirect(f"/star/campaigns/{campaign.name}/report")
+    report_builds(request).start(request.app.state.sessions, campaign.id, user.id, embedder)
+    return redirect(f"/star/campaigns/{campaign.name}#report-heading")
 
 
 @pages.get("/campaigns/{name}/report", response_class=HTMLResponse)
