@@ -1,8 +1,10 @@
-"""The web application's tables (accounts, sessions, API tokens, invitations), all prefixed ``web_``.
+"""The web application's tables (accounts, sessions, API tokens, invitations, password resets), all prefixed
+``web_``.
 
-Secrets never reach the database in the clear: sessions, API tokens and invitations store only the sha256
-of the random token a browser or script holds, so a leaked database cannot be replayed as a login. Passwords
-are argon2 hashes. Roles are a JSON list (a subset of ``ROLES``) because a person often holds several.
+Secrets never reach the database in the clear: sessions, API tokens, invitations and password resets store
+only the sha256 of the random token a browser or script holds, so a leaked database cannot be replayed as a
+login. Passwords are argon2 hashes. Roles are a JSON list (a subset of ``ROLES``) because a person often
+holds several.
 """
 
 from __future__ import annotations
@@ -83,3 +85,21 @@ class WebInvitation(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     used_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
+
+
+class WebPasswordReset(Base):
+    """A single-use link an organiser issues so a user can set a new password; only its sha256 is kept.
+
+    ``used_at`` is set when the link is used, and also when a newer link for the same user supersedes it,
+    so at most one link per user is ever live.
+    """
+
+    __tablename__ = "web_password_resets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[int] = mapped_column(ForeignKey("web_users.id"))  # the organiser who issued it

@@ -1,4 +1,6 @@
-"""Accounts, logins, sessions, API tokens and invitations: plain functions over a SQLAlchemy ``Session``.
+"""Accounts, logins, sessions, API tokens, invitations and organisers' account management (disable,
+roles and team, unlock, password-reset links, links to STAR pool members): plain functions over a
+SQLAlchemy ``Session``.
 
 No FastAPI here, so the CLI (``assay user``) and the web share one set of rules and tests can call them
 directly. The caller owns the transaction: these functions flush, never commit. ``authenticate`` records a
@@ -20,16 +22,17 @@ from functools import cache
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
 from assay.store.models import Team, utcnow
-from assay.store.star_models import StarParticipant
+from assay.store.star_models import StarCampaign, StarParticipant
 from assay.store.web_models import (
     ROLES,
     WebApiToken,
     WebInvitation,
+    WebPasswordReset,
     WebSession,
     WebUser,
     WebUserParticipant,
@@ -38,6 +41,7 @@ from assay.store.web_models import (
 MAX_FAILED_LOGINS = 5  # consecutive failures before the account is locked
 LOCKOUT = timedelta(minutes=15)
 SESSION_LIFETIME = timedelta(hours=12)
+RESET_LIFETIME = timedelta(hours=24)  # a password-reset link
 SEEN_EVERY = timedelta(minutes=5)  # last_seen_at is refreshed at most this often: fewer writes
 MIN_PASSWORD = 10
 API_TOKEN_PREFIX = "assay_"
@@ -263,6 +267,8 @@ def create_api_token(session: Session, user: WebUser, name: str, now: datetime |
     name = name.strip()
     if not 1 <= len(name) <= 100:
         raise UserError("token name must be 1-100 characters")
+    if user.disabled:  # it would be refused at once; say so instead of handing out a dead token
+        raise UserError(f"user '{user.username}' is disabled: enable the account first")
     raw = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
     session.add(
         WebApiToken(
@@ -320,6 +326,8 @@ def create_invitation(
     roles = _check_roles(roles)
     if not 0 < valid_hours <= 24 * 90:
         raise UserError(f"invitation validity must be between 0 and 2160 hours (value: {valid_hours})")
+    if participant is not None:
+        _unlinked_or_of(session, participant, None)  # say so now, not when the invitee accepts
     now = now or clock()
     raw = secrets.token_urlsafe(32)
     session.add(
@@ -347,6 +355,8 @@ def open_invitation(session: Session, raw: str, now: datetime | None = None) -> 
         raise UserError("this invitation has already been used")
     if _aware(invitation.expires_at) <= now:
         raise UserError("this invitation has expired: ask the organiser for a new one")
+    if session.get_one(WebUser, invitation.created_by).disabled:  # whoever was disabled, their links die too
+        raise UserError("this invitation is no longer valid: ask an organiser for a new one")
     return invitation
 
 
@@ -372,15 +382,51 @@ def accept_invitation(
 
 
 def link_participant(session: Session, user: WebUser, participant: StarParticipant) -> None:
-    """Let ``user`` act as this STAR pool member; a participant belongs to one user at most."""
+    """Let ``user`` act as this STAR pool member; a member belongs to one user at most, and a user acts as
+    one member per campaign (the task pages pick the member by campaign)."""
+    if _unlinked_or_of(session, participant, user) is not None:
+        return  # already this user's
+    for other, campaign in linked_members(session, user):
+        if other.campaign_id == participant.campaign_id:
+            raise UserError(
+                f"user '{user.username}' already acts as pool member '{other.external_id}' of campaign "
+                f"'{campaign}': unlink that one first"
+            )
+    session.add(WebUserParticipant(user_id=user.id, participant_id=participant.id))
+    session.flush()
+
+
+def _unlinked_or_of(
+    session: Session, participant: StarParticipant, user: WebUser | None
+) -> WebUserParticipant | None:
+    """The member's link if it is ``user``'s, ``None`` if it has none; a ``UserError`` naming the owner if it
+    belongs to someone else."""
     link = session.scalar(
         select(WebUserParticipant).where(WebUserParticipant.participant_id == participant.id)
     )
-    if link is not None and link.user_id != user.id:
-        raise UserError(f"participant '{participant.external_id}' is already linked to another user")
+    if link is None or (user is not None and link.user_id == user.id):
+        return link
+    owner = session.get_one(WebUser, link.user_id)
+    campaign = session.get_one(StarCampaign, participant.campaign_id)
+    raise UserError(
+        f"pool member '{participant.external_id}' of campaign '{campaign.name}' is already linked to "
+        f"user '{owner.username}'"
+    )
+
+
+def unlink_participant(session: Session, user: WebUser, participant_id: int) -> StarParticipant | None:
+    """End ``user``'s link to this pool member (their finished work stays with the member); ``None`` if
+    the user did not act as it."""
+    link = session.scalar(
+        select(WebUserParticipant).where(
+            WebUserParticipant.user_id == user.id, WebUserParticipant.participant_id == participant_id
+        )
+    )
     if link is None:
-        session.add(WebUserParticipant(user_id=user.id, participant_id=participant.id))
-        session.flush()
+        return None
+    session.delete(link)
+    session.flush()
+    return session.get(StarParticipant, participant_id)
 
 
 def participants_of(session: Session, user: WebUser) -> list[StarParticipant]:
@@ -391,3 +437,162 @@ def participants_of(session: Session, user: WebUser) -> list[StarParticipant]:
         .where(WebUserParticipant.user_id == user.id)
     )
     return list(session.scalars(query))
+
+
+def linked_members(session: Session, user: WebUser) -> list[tuple[StarParticipant, str]]:
+    """The pool members this user acts as, each with its campaign's name, by campaign name: what an
+    organiser needs to read, since a member's id in the pool file is unique only within its campaign."""
+    query = (
+        select(StarParticipant, StarCampaign.name)
+        .join(WebUserParticipant, WebUserParticipant.participant_id == StarParticipant.id)
+        .join(StarCampaign, StarCampaign.id == StarParticipant.campaign_id)
+        .where(WebUserParticipant.user_id == user.id)
+        .order_by(StarCampaign.name)
+    )
+    return [(member, name) for member, name in session.execute(query)]
+
+
+def campaign_names(session: Session) -> list[str]:
+    """Every STAR campaign's name, for the organiser's pick lists."""
+    return list(session.scalars(select(StarCampaign.name).order_by(StarCampaign.name)))
+
+
+def find_pool_member(session: Session, campaign: str, member: str) -> StarParticipant | None:
+    """The pool member an organiser names: a campaign by name, then the member by their id in the pool
+    file or, if no id matches and exactly one member has it, by their name. Both blank: ``None``.
+
+    Organisers know people by the pool file, not by database ids; each miss is a ``UserError`` saying which.
+    """
+    campaign, member = campaign.strip(), member.strip()
+    if not campaign and not member:
+        return None
+    if not campaign:
+        raise UserError(f"pick the STAR campaign of pool member '{member}'")
+    if not member:
+        raise UserError(f"name the pool member of campaign '{campaign}': their id in the pool file, or name")
+    found = session.scalar(select(StarCampaign).where(StarCampaign.name == campaign))
+    if found is None:
+        raise UserError(f"no STAR campaign '{campaign}'")
+    in_campaign = select(StarParticipant).where(StarParticipant.campaign_id == found.id)
+    by_id = session.scalar(in_campaign.where(StarParticipant.external_id == member))
+    if by_id is not None:
+        return by_id
+    named = list(session.scalars(in_campaign.where(StarParticipant.name == member).limit(2)))
+    if len(named) > 1:
+        raise UserError(f"campaign '{campaign}' has several pool members named '{member}': give the id")
+    if not named:
+        raise UserError(f"campaign '{campaign}' has no pool member '{member}' (give their id or name)")
+    return named[0]
+
+
+# ---- account management (organisers) ------------------------------------------------------------
+
+
+def is_locked(user: WebUser, now: datetime | None = None) -> bool:
+    """True while failed sign-ins keep the account locked; the lock lifts by itself after ``LOCKOUT``."""
+    return user.locked_until is not None and _aware(user.locked_until) > (now or clock())
+
+
+def end_all_sessions(session: Session, user: WebUser) -> None:
+    """Delete every browser session of ``user``: each of their cookies is refused from the next request."""
+    session.execute(delete(WebSession).where(WebSession.user_id == user.id))
+    session.flush()
+
+
+def set_disabled(session: Session, actor: WebUser, user: WebUser, disabled: bool) -> None:
+    """Disable ``user`` (or enable them again). Disabling ends their sessions and revokes their API tokens at
+    once, so re-enabling never revives a credential from before. Nobody may disable themselves: the organiser
+    who acts always stays able to undo it."""
+    if disabled and actor.id == user.id:
+        raise UserError("you cannot disable your own account: ask another organiser")
+    user.disabled = disabled
+    if disabled:
+        end_all_sessions(session, user)
+        session.execute(update(WebApiToken).where(WebApiToken.user_id == user.id).values(revoked=True))
+    session.flush()
+
+
+def set_roles(
+    session: Session, actor: WebUser, user: WebUser, roles: list[str] | tuple[str, ...], team: Team | None
+) -> None:
+    """Replace ``user``'s roles and team, checked as ``create_user`` checks them; they apply from the user's
+    next request. An organiser cannot drop their own organiser role, so someone can always undo a mistake."""
+    roles = _check_roles(roles)
+    if actor.id == user.id and "organiser" not in roles:
+        raise UserError("you cannot remove your own organiser role: ask another organiser")
+    user.roles, user.team = roles, team
+    session.flush()
+
+
+def unlock(session: Session, user: WebUser) -> None:
+    """Lift a lockout from failed sign-ins before it runs out (the counter starts again from zero)."""
+    user.failed_logins, user.locked_until = 0, None
+    session.flush()
+
+
+def create_password_reset(
+    session: Session, creator: WebUser, user: WebUser, now: datetime | None = None
+) -> str:
+    """A single-use token for ``/reset/TOKEN``, valid ``RESET_LIFETIME``; the database keeps its sha256.
+
+    An older unused link of the same user is marked used, so only the newest one works.
+    """
+    if user.disabled:
+        raise UserError(
+            f"user '{user.username}' is disabled: enable the account before resetting its password"
+        )
+    now = now or clock()
+    session.execute(
+        update(WebPasswordReset)
+        .where(WebPasswordReset.user_id == user.id, WebPasswordReset.used_at.is_(None))
+        .values(used_at=now)
+    )
+    raw = secrets.token_urlsafe(32)
+    session.add(
+        WebPasswordReset(
+            token_sha256=sha256(raw),
+            user_id=user.id,
+            created_at=now,
+            expires_at=now + RESET_LIFETIME,
+            created_by=creator.id,
+        )
+    )
+    session.flush()
+    return raw
+
+
+def open_password_reset(session: Session, raw: str, now: datetime | None = None) -> WebPasswordReset:
+    """The reset behind a link, if it is still usable; else a ``UserError`` saying why."""
+    now = now or clock()
+    reset = session.scalar(select(WebPasswordReset).where(WebPasswordReset.token_sha256 == sha256(raw)))
+    if reset is None:
+        raise UserError("this password-reset link is not valid")
+    if reset.used_at is not None:
+        raise UserError("this password-reset link has already been used: ask an organiser for a new one")
+    if _aware(reset.expires_at) <= now:
+        raise UserError("this password-reset link has expired: ask an organiser for a new one")
+    if session.get_one(WebUser, reset.user_id).disabled:
+        raise UserError("this account is disabled: ask an organiser")
+    if session.get_one(WebUser, reset.created_by).disabled:
+        raise UserError("this password-reset link is no longer valid: ask an organiser for a new one")
+    return reset
+
+
+def use_password_reset(session: Session, raw: str, password: str, now: datetime | None = None) -> WebUser:
+    """Set a new password through a reset link: the link is marked used in the same transaction (a conditional
+    update, so two requests cannot both use it), the user's sessions end and any lockout is lifted."""
+    now = now or clock()
+    reset = open_password_reset(session, raw, now)
+    _check_password(password)  # before using the link up: a too-short password leaves it usable
+    claimed = session.execute(
+        update(WebPasswordReset)
+        .where(WebPasswordReset.id == reset.id, WebPasswordReset.used_at.is_(None))
+        .values(used_at=now)
+    )
+    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+        raise UserError("this password-reset link has already been used: ask an organiser for a new one")
+    user = session.get_one(WebUser, reset.user_id)
+    set_password(session, user, password)
+    unlock(session, user)
+    end_all_sessions(session, user)
+    return user

@@ -1,4 +1,5 @@
-"""Signing in and out, accepting an invitation, and the account page with its API tokens.
+"""Signing in and out, accepting an invitation, setting a new password through a reset link, and the account
+page with its API tokens.
 
 A failed login is rendered (401), not raised, so the request still commits the failure counter that drives
 the lockout. After a successful login the old session (if any) ends and a new token is issued, so a token
@@ -11,8 +12,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.orm import Session
 
 from assay.errors import UserError
+from assay.store.web_models import WebPasswordReset, WebUser
 from assay.web import accounts
 from assay.web.routes import Area, redirect, render, safe_next
 from assay.web.security import (
@@ -98,6 +101,42 @@ def accept_invite(
     accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
     response = redirect("/")
     set_session_cookie(request, response, accounts.start_session(session, new_user))
+    return response
+
+
+def _reset_user(session: Session, reset: WebPasswordReset) -> WebUser:
+    """Whose password the link sets: the page names them, so nobody sets a password for the wrong account."""
+    return session.get_one(WebUser, reset.user_id)
+
+
+@router.get("/reset/{token}", response_class=HTMLResponse)
+def reset_page(request: Request, session: DbSession, user: OptionalUser, token: str) -> Response:
+    reset = accounts.open_password_reset(session, token)  # UserError: the error page says why
+    return render(request, "reset.html", token=token, reset=reset, target=_reset_user(session, reset))
+
+
+@router.post("/reset/{token}", response_class=HTMLResponse)
+def reset_password(
+    request: Request,
+    session: DbSession,
+    user: OptionalUser,
+    token: str,
+    password: Annotated[str, Form(max_length=1000)],
+    password_again: Annotated[str, Form(max_length=1000)],
+) -> Response:
+    """A used link ends every session of its user; the browser that used it is signed in afresh."""
+    reset = accounts.open_password_reset(session, token)
+    target = _reset_user(session, reset)
+    try:
+        if password != password_again:
+            raise UserError("the two passwords differ")
+        accounts.use_password_reset(session, token, password)
+    except UserError as err:
+        session.rollback()
+        return render(request, "reset.html", 400, token=token, reset=reset, target=target, error=err)
+    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
+    response = redirect("/")
+    set_session_cookie(request, response, accounts.start_session(session, target))
     return response
 
 
