@@ -6,13 +6,16 @@ open-ended rows) and verified end to end against ``python:`` function models, in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -27,8 +30,10 @@ from assay.dyepack.key import DyePackKey
 from assay.dyepack.prepare import PrepareConfig, PrepareResult, prepare_release
 from assay.dyepack.verify import false_positive_rate
 from assay.store.dyepack_models import DyePackRun
+from assay.store.models import utcnow
 from assay.web import accounts
 from assay.web.app import create_app
+from assay.web.routes import dyepack as dyepack_routes
 
 PASSWORD = "correct horse battery"
 
@@ -509,6 +514,240 @@ def test_a_run_whose_key_holder_stopped_is_marked_failed(
     runs = {r["id"]: r for r in client.get("/api/v1/dyepack/runs").json()}
     assert [runs[i]["status"] for i in (1, 2, 3)] == ["failed", "failed", "running"]
     assert runs[1]["error"] == registry.INTERRUPTED
+
+
+def add_run(app: FastAPI, bench: int, worker: str, **times: object) -> int:
+    """A run row as another server would have left it; ``times``: created_at, started_at, heartbeat_at."""
+    with app.state.sessions.begin() as session:
+        values = {"status": "running", **times}
+        run = DyePackRun(
+            benchmark_id=bench,
+            model_spec="python:m:f",
+            alpha=0.001,
+            max_new_tokens=8,
+            worker=worker,
+            **values,
+        )
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def test_a_run_held_on_another_host_fails_once_its_heartbeat_is_stale(
+    client: TestClient, app: FastAPI, release: PrepareResult
+) -> None:
+    """No pid check can reach another machine: a run silent for STALE_AFTER is failed by whoever looks."""
+    csrf = login(client, "olga")
+    bench = registered(client, csrf, release)
+    now, hour = utcnow(), timedelta(hours=1)
+    old = now - registry.STALE_AFTER - timedelta(seconds=5)
+    stale = add_run(
+        app, bench, "otherhost:123", created_at=now - hour, started_at=now - hour, heartbeat_at=old
+    )
+    fresh = add_run(
+        app, bench, "otherhost:123", created_at=now - hour, started_at=now - hour, heartbeat_at=now
+    )
+    queued_long_ago = add_run(app, bench, "otherhost:124", status="queued", created_at=old)
+    just_started = add_run(app, bench, "otherhost:125", created_at=now - hour, started_at=now)
+    page = client.get(f"/dyepack/runs/{stale}")
+    assert page.status_code == 200 and "no heartbeat for 10 minutes" in page.text
+    runs = {r["id"]: r for r in client.get("/api/v1/dyepack/runs").json()}
+    assert runs[stale]["status"] == runs[queued_long_ago]["status"] == "failed"
+    assert runs[stale]["error"] == registry.stale_message() and runs[stale]["error"].startswith(
+        "interrupted:"
+    )
+    assert runs[fresh]["status"] == "running" and runs[just_started]["status"] == "running"
+    assert runs[fresh]["error"] is None
+
+
+def test_the_stale_window_can_be_shortened(
+    client: TestClient, app: FastAPI, release: PrepareResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    csrf = login(client, "olga")
+    bench = registered(client, csrf, release)
+    earlier = utcnow() - timedelta(seconds=3)
+    run_id = add_run(app, bench, "otherhost:9", created_at=earlier, started_at=earlier, heartbeat_at=earlier)
+    assert client.get(f"/api/v1/dyepack/runs/{run_id}").json()["status"] == "running"
+    monkeypatch.setattr(registry, "STALE_AFTER", timedelta(seconds=2))
+    failed = client.get(f"/api/v1/dyepack/runs/{run_id}").json()
+    assert failed["status"] == "failed" and "no heartbeat for 2 seconds" in failed["error"]
+
+
+def heartbeats(app: FastAPI, *run_ids: int) -> list[object]:
+    with app.state.sessions() as session:
+        return [session.get(DyePackRun, run_id).heartbeat_at for run_id in run_ids]  # type: ignore[union-attr]
+
+
+def test_queued_and_running_runs_beat_until_they_end(
+    client: TestClient, app: FastAPI, release: PrepareResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs fill the pool and a third waits: all three beat (a wait is not a death), then stop."""
+    monkeypatch.setattr(registry, "HEARTBEAT_SECONDS", 0.05)
+    gate = tmp_path / "go"
+    model = write_model(
+        tmp_path,
+        "gated",
+        f"""
+        import pathlib, time
+        def answer(prompts):
+            while not pathlib.Path({str(gate)!r}).exists():
+                time.sleep(0.02)
+            return ["Answer: A" for _ in prompts]
+        """,
+    )
+    csrf = login(client, "olga")
+    bench = registered(client, csrf, release)
+    key = release.key_path.read_bytes()
+    ids = [run_id_of(start_run(client, csrf, bench, release.release_path, key, model)) for _ in range(3)]
+    first = heartbeats(app, *ids)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(
+        b is not None and (a is None or b > a) for a, b in zip(first, heartbeats(app, *ids), strict=True)
+    ):
+        time.sleep(0.05)
+    assert all(beat is not None for beat in heartbeats(app, *ids))
+    statuses = [r["status"] for r in client.get("/api/v1/dyepack/runs").json()]
+    assert "queued" in statuses and "failed" not in statuses
+    gate.touch()
+    assert [wait_for(client, run_id)["status"] for run_id in ids] == ["done"] * 3
+    time.sleep(0.2)
+    assert not [t for t in threading.enumerate() if t.name.startswith("dyepack-beat-")]
+
+
+def test_progress_writes_are_throttled_and_carry_a_heartbeat(
+    client: TestClient, app: FastAPI, release: PrepareResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    csrf = login(client, "olga")
+    run_id = add_run(app, registered(client, csrf, release), "otherhost:1")
+    progress = registry._Progress(app.state.sessions, run_id)
+    for index in range(50):  # within one throttle window: nothing written
+        progress(index, "Answer: A")
+    assert heartbeats(app, run_id) == [None]
+    monkeypatch.setattr(registry, "PROGRESS_SECONDS", 0.0)
+    progress(50, "Answer: A")
+    with app.state.sessions() as session:
+        run = session.get(DyePackRun, run_id)
+        assert run is not None and run.done_queries == 51 and run.heartbeat_at is not None
+
+
+# ---------------------------------------------------------------- upload limits
+
+
+@pytest.fixture
+def small_limits(release: PrepareResult, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Limits a test can pass cheaply: the release at most 5 kB, the key its own size; the body limit."""
+    monkeypatch.setattr(registry, "MAX_RELEASE_BYTES", 5000)
+    monkeypatch.setattr(registry, "MAX_KEY_BYTES", len(release.key_path.read_bytes()) + 100)
+    monkeypatch.setattr(dyepack_routes, "FORM_OVERHEAD", 4096)
+    return dyepack_routes._run_body_limit()
+
+
+def multipart(csrf: str, release_bytes: bytes, key: bytes) -> tuple[bytes, str]:
+    """A run form encoded as a browser would send it: the body and its Content-Type."""
+    request = httpx.Request(
+        "POST",
+        "http://testserver/",
+        data={"csrf_token": csrf, "model": "python:m:f"},
+        files={"release": ("rel.jsonl", release_bytes), "key": ("key.json", key)},
+    )
+    return request.read(), request.headers["content-type"]
+
+
+def test_oversize_run_uploads_are_refused_with_413_and_start_nothing(
+    client: TestClient, release: PrepareResult, tmp_path: Path, small_limits: int
+) -> None:
+    csrf = login(client, "olga")
+    bench = registered(client, csrf, release)
+    key, url = release.key_path.read_bytes(), f"/dyepack/benchmarks/{bench}/runs"
+    slightly = tmp_path / "slightly.jsonl"
+    slightly.write_bytes(b"x" * 6000)  # within the body allowance: refused when the file is read
+    page = start_run(client, csrf, bench, slightly, key, "python:m:f")
+    assert page.status_code == 413 and "release file: larger than the limit of 5 kB" in page.text
+    assert "Start verification" in page.text  # the form again
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b"{}\n")
+    big_key = start_run(client, csrf, bench, small, key + b" " * 200, "python:m:f")
+    assert big_key.status_code == 413 and "key file: larger than the limit" in big_key.text
+    body, content_type = multipart(csrf, b"x" * 200_000, key)
+    declared = client.post(url, content=body, headers={"content-type": content_type})
+    lying = client.post(url, content=body, headers={"content-type": content_type, "content-length": "1000"})
+    chunked = client.post(
+        url,
+        content=iter([body[i : i + 4096] for i in range(0, len(body), 4096)]),
+        headers={"content-type": content_type},
+    )
+    for response in (declared, lying, chunked):
+        assert response.status_code == 413 and "the upload is larger than the limit of" in response.text
+        assert "the release file at most 5 kB" in response.text
+    assert client.get("/api/v1/dyepack/runs").json() == []
+
+
+def asgi_post(app: FastAPI, path: str, chunks: list[bytes], headers: dict[str, str]) -> tuple[int, int]:
+    """POST ``chunks`` straight to the ASGI app; the status and how many chunks the app pulled."""
+    pulled, status = 0, []
+
+    async def receive() -> dict:
+        nonlocal pulled
+        if pulled == len(chunks):
+            return {"type": "http.disconnect"}
+        pulled += 1
+        return {"type": "http.request", "body": chunks[pulled - 1], "more_body": pulled < len(chunks)}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+    }
+    asyncio.run(app(scope, receive, send))
+    return status[0], pulled
+
+
+@pytest.mark.parametrize("declared", [None, "1000"], ids=["chunked", "lying-content-length"])
+def test_an_oversize_body_is_cut_off_as_it_arrives(
+    app: FastAPI, release: PrepareResult, small_limits: int, declared: str | None
+) -> None:
+    """Not read to the end: the app stops pulling once the limit is passed (before sign-in is checked)."""
+    body, content_type = multipart("x", b"x" * 400_000, release.key_path.read_bytes())
+    chunks = [body[i : i + 4096] for i in range(0, len(body), 4096)]
+    headers = {"content-type": content_type} | ({"content-length": declared} if declared else {})
+    status, pulled = asgi_post(app, "/dyepack/benchmarks/1/runs", chunks, headers)
+    assert status == 413 and pulled <= small_limits // 4096 + 2 < len(chunks)
+
+
+def test_a_declared_oversize_body_is_not_read_at_all(app: FastAPI, small_limits: int) -> None:
+    headers = {"content-type": "multipart/form-data; boundary=b", "content-length": str(small_limits + 1)}
+    status, pulled = asgi_post(app, "/dyepack/benchmarks/1/runs", [b"x"] * 10, headers)
+    assert (status, pulled) == (413, 0)
+
+
+def test_oversize_registrations_are_refused_with_413(client: TestClient, release: PrepareResult) -> None:
+    csrf = login(client, "olga")
+    huge = "x" * (dyepack_routes.MAX_FORM_BYTES + 1)
+    page = register(client, csrf, "big", huge)
+    assert page.status_code == 413 and "send the commitment, not the release or its key" in page.text
+    api = client.post(
+        "/api/v1/dyepack/benchmarks", json={"name": "big", "commitment": huge}, headers={"X-CSRF-Token": csrf}
+    )
+    assert api.status_code == 413 and "larger than the limit of 1 MiB" in api.json()["detail"]
+    long_file = register(client, csrf, "long", file=b"#" * (registry.MAX_COMMITMENT_CHARS + 1))
+    assert (
+        long_file.status_code == 413 and "commitment file: larger than the limit of 10 kB" in long_file.text
+    )
+    assert 'id="bench-name"' in long_file.text  # the form again
+    assert client.get("/api/v1/dyepack/benchmarks").json() == []
 
 
 def test_in_a_browser_register_run_and_read_the_verdict(

@@ -11,6 +11,13 @@ rate, and per backdoor only whether it was activated and how many of its samples
 distributions and majority answers are left out too: next to "activated" they would give the target away.
 Messages that might quote the key (a model's error, a release row) go through ``redact`` first. The price:
 a run cannot outlive the process that holds its key; ``fail_interrupted_runs`` marks such runs failed.
+
+How a stopped holder is noticed. The holding process stamps ``heartbeat_at`` on each of its queued and
+running runs: every ``HEARTBEAT_SECONDS`` from a ``Heartbeat`` thread (so a slow model or a long wait in the
+queue still counts as alive), and with each throttled progress write. ``interruption`` judges a run: the
+holder's ``host:pid`` answers at once when it is this process or another on this host; otherwise, on any
+host, a run silent for ``STALE_AFTER`` (heartbeat, else start, else creation) is taken as orphaned. Servers
+compare their own clock with the holder's stamps, so the window is minutes, far beyond any clock skew.
 """
 
 from __future__ import annotations
@@ -20,13 +27,16 @@ import os
 import re
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.data import Benchmark, read_benchmark
@@ -45,6 +55,9 @@ MAX_KEY_BYTES = 1_000_000
 MAX_RELEASE_BYTES = 200_000_000
 MODEL_PREFIXES = ("openai", "hf", "python", "vllm")
 INTERRUPTED = "interrupted: the server process that held this run's key stopped; start the run again"
+HEARTBEAT_SECONDS = 30.0  # how often a holder stamps its queued and running runs
+PROGRESS_SECONDS = 1.0  # at most one progress write (which also stamps the heartbeat) per this many seconds
+STALE_AFTER = timedelta(minutes=10)  # a run silent this long is failed by whichever server looks at it
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # in one-line fields
 _CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # tab and newline allowed
@@ -317,16 +330,56 @@ def _update(sessions: sessionmaker[Session], run_id: int, **values: object) -> N
 
 
 class _Progress:
-    """``on_result`` callback: counts replies and writes the count at most once a second."""
+    """``on_result`` callback: counts replies; writes the count, and a heartbeat, at most every
+    ``PROGRESS_SECONDS`` (one write per reply would make a fast model hammer the database)."""
 
     def __init__(self, sessions: sessionmaker[Session], run_id: int) -> None:
         self.sessions, self.run_id, self.count, self.last = sessions, run_id, 0, time.monotonic()
 
     def __call__(self, _index: int, _text: str) -> None:
         self.count += 1
-        if time.monotonic() - self.last >= 1.0:
+        if time.monotonic() - self.last >= PROGRESS_SECONDS:
             self.last = time.monotonic()
-            _update(self.sessions, self.run_id, done_queries=self.count)
+            _update(self.sessions, self.run_id, done_queries=self.count, heartbeat_at=utcnow())
+
+
+def beat(sessions: sessionmaker[Session], run_id: int) -> None:
+    """Stamp ``run_id``'s heartbeat, unless it has finished (or another server failed it meanwhile)."""
+    with sessions.begin() as session:
+        session.execute(
+            update(DyePackRun)
+            .where(DyePackRun.id == run_id, DyePackRun.status.in_(("queued", "running")))
+            .values(heartbeat_at=utcnow())
+        )
+
+
+class Heartbeat:
+    """A daemon thread that calls ``beat`` every ``every`` seconds until ``stop``.
+
+    Started when a run is queued and stopped when its thread ends, so a run waiting behind others or held
+    up by a slow model still shows that its holder is alive; the progress callback alone would fall silent.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session], run_id: int, every: float | None = None) -> None:
+        self._stop = threading.Event()
+        period = HEARTBEAT_SECONDS if every is None else every
+        self._thread = threading.Thread(
+            target=self._loop, args=(sessions, run_id, period), daemon=True, name=f"dyepack-beat-{run_id}"
+        )
+
+    def _loop(self, sessions: sessionmaker[Session], run_id: int, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                beat(sessions, run_id)
+            except SQLAlchemyError as err:  # a locked SQLite file, a database restart: beat again later
+                logger.warning("dyepack run %s: heartbeat not written (%s)", run_id, type(err).__name__)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def execute_run(sessions: sessionmaker[Session], run_id: int, job: VerificationJob) -> None:
@@ -334,7 +387,8 @@ def execute_run(sessions: sessionmaker[Session], run_id: int, job: VerificationJ
 
     No response cache: it would store the backdoor prompts, and the key is dropped after the run anyway.
     """
-    _update(sessions, run_id, status="running", started_at=utcnow())
+    now = utcnow()
+    _update(sessions, run_id, status="running", started_at=now, heartbeat_at=now)
     try:
         model = load_model(job.spec, model_name=job.model_name)
         label = f"{job.spec} ({job.model_name})" if job.model_name else job.spec
@@ -362,33 +416,65 @@ def list_runs(session: Session, benchmark_id: int | None = None, limit: int = 10
     return list(session.scalars(query))
 
 
-def holder_is_gone(run: DyePackRun, active: Collection[int]) -> bool:
-    """True when the process that held ``run``'s key is known to have stopped (same host only).
+def _as_utc(moment: datetime) -> datetime:
+    """SQLite hands times back naive; every time in the store is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
-    ``active``: the run ids this process is working on. Another machine's runs cannot be judged: False.
-    """
-    host, _, pid_text = run.worker.rpartition(":")
+
+def last_sign_of_life(run: DyePackRun) -> datetime:
+    """The run's newest heartbeat, start or creation: a run that never beat is judged from when it began."""
+    moments = [m for m in (run.heartbeat_at, run.started_at, run.created_at) if m is not None]
+    return max((_as_utc(m) for m in moments), default=utcnow())
+
+
+def stale_message() -> str:
+    """The error of a run failed for want of a heartbeat (the window in minutes, or seconds in tests)."""
+    seconds = STALE_AFTER.total_seconds()
+    window = f"{seconds / 60:g} minutes" if seconds % 60 == 0 else f"{seconds:g} seconds"
+    return (
+        f"interrupted: no heartbeat for {window} from the server process that held this run's key; "
+        "start the run again"
+    )
+
+
+def _stopped_on_this_host(worker: str) -> bool:
+    """True when ``worker`` (``host:pid``) names a process on this host that no longer exists."""
+    host, _, pid_text = worker.rpartition(":")
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return run.id not in active
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid_text), 0)
     except ProcessLookupError:
         return True
-    except OSError:
+    except (OSError, OverflowError):  # alive under another user, or not a pid at all: let the heartbeat say
         return False
     return False
 
 
-def fail_interrupted_runs(session: Session, is_gone: Callable[[DyePackRun], bool]) -> int:
-    """Mark queued or running runs whose key holder has stopped as failed: they can never finish."""
+def interruption(run: DyePackRun, active: Collection[int], now: datetime | None = None) -> str | None:
+    """Why ``run`` (queued or running) can never finish, or None while its key holder may still finish it.
+
+    ``active``: the run ids this process holds keys for. This process, and a dead pid on this host, give a
+    quick answer; on any host, a run silent for ``STALE_AFTER`` is taken as orphaned.
+    """
+    if run.worker == this_worker():
+        return None if run.id in active else INTERRUPTED
+    if _stopped_on_this_host(run.worker):
+        return INTERRUPTED
+    if (now or utcnow()) - last_sign_of_life(run) > STALE_AFTER:
+        return stale_message()
+    return None
+
+
+def fail_interrupted_runs(session: Session, reason: Callable[[DyePackRun], str | None]) -> int:
+    """Mark queued or running runs failed where ``reason`` gives one (e.g. ``interruption``): their key
+    holder has stopped, so they can never finish."""
     stuck = session.scalars(select(DyePackRun).where(DyePackRun.status.in_(("queued", "running"))))
     failed = 0
     for run in stuck:
-        if is_gone(run):
-            run.status, run.error, run.finished_at = "failed", INTERRUPTED, utcnow()
+        why = reason(run)
+        if why is not None:
+            run.status, run.error, run.finished_at = "failed", why, utcnow()
             failed += 1
     return failed
 

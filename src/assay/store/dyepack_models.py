@@ -58,6 +58,9 @@ class DyePackRun(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Stamped while the holding process works on the run (queued or running): lets a server on any host
+    # fail a run whose holder died (``registry.interruption``).
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The report, key-free (set when status is "done").
     flagged: Mapped[bool | None] = mapped_column(Boolean)
     verdict: Mapped[str | None] = mapped_column(Text)

@@ -4,18 +4,25 @@ The store is opened (and migrated) once per app; ``app.state`` keeps the session
 the templates, the ``secure_cookies`` flag and the nav ``areas``. Routers come from
 ``assay.web.routes.ROUTER_MODULES``. The dependencies routes use live in ``assay.web.security`` and are
 re-exported here: ``DbSession``, ``CurrentUser``, ``OptionalUser``, ``require``.
+
+The Swagger page (``DOCS_PATH``) is served from this host, not a CDN, so it works offline and under a CSP:
+the Swagger UI files come from the ``fastapi-offline`` package (mounted at ``SWAGGER_STATIC``) and the page
+starts them with ``static/swagger-init.js`` instead of FastAPI's inline script.
 """
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import json
+import logging
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
@@ -40,9 +47,19 @@ from assay.web.security import (
 
 __all__ = ["CurrentUser", "DbSession", "OptionalUser", "create_app", "db", "require"]
 
+logger = logging.getLogger(__name__)
+
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
+OPENAPI_PATH = "/api/v1/openapi.json"
+DOCS_PATH = "/api/v1/docs"
+SWAGGER_STATIC = "/static/swagger-ui"  # mounted before /static, so it is not shadowed by it
+SWAGGER_PACKAGE = "fastapi_offline"  # ships swagger-ui-bundle.js, swagger-ui.css and favicon.png in static/
+DOCS_CSP = (  # the site's policy plus data: images: swagger-ui.css draws its icons as data: SVGs
+    "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; "
+    "base-uri 'self'; object-src 'none'"
+)
 
 
 def make_templates() -> Jinja2Templates:
@@ -63,8 +80,8 @@ def create_app(database_url: str | None = None, *, secure_cookies: bool = False)
         version=__version__,
         description="JSON API of assay: adversarial evaluation of AI models. Authenticate with "
         "`Authorization: Bearer assay_...` (create a token on /account).",
-        openapi_url="/api/v1/openapi.json",
-        docs_url="/api/v1/docs",
+        openapi_url=OPENAPI_PATH,
+        docs_url=None,  # served by _docs_page, with the Swagger UI files from this host
         redoc_url=None,
         dependencies=[Depends(csrf_protect)],
     )
@@ -72,7 +89,8 @@ def create_app(database_url: str | None = None, *, secure_cookies: bool = False)
     app.state.secure_cookies = secure_cookies
     app.state.templates = make_templates()
     app.state.areas = []
-    app.add_middleware(SecurityHeaders, docs_path=app.docs_url)
+    app.add_middleware(SecurityHeaders)
+    _add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for router, areas in load_routers():
         app.include_router(router)
@@ -82,6 +100,51 @@ def create_app(database_url: str | None = None, *, secure_cookies: bool = False)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
+
+
+def _swagger_files() -> Path | None:
+    """The installed Swagger UI files, found without importing the package; None if it is not installed."""
+    spec = importlib.util.find_spec(SWAGGER_PACKAGE)
+    folders = [Path(p) / "static" for p in (spec.submodule_search_locations or [])] if spec else []
+    return next((f for f in folders if (f / "swagger-ui-bundle.js").is_file()), None)
+
+
+def _add_docs(app: FastAPI) -> None:
+    """Serve the Swagger UI files and the page that starts them; without the files the page says so (503)."""
+    files = _swagger_files()
+    app.state.swagger_ui = files is not None
+    if files is None:
+        logger.warning("%s is not installed: %s has no Swagger UI", SWAGGER_PACKAGE, DOCS_PATH)
+    else:
+        app.mount(SWAGGER_STATIC, StaticFiles(directory=files), name="swagger-ui")
+    app.add_api_route(DOCS_PATH, _docs_page, methods=["GET"], include_in_schema=False)
+
+
+def _docs_page(request: Request) -> Response:
+    """FastAPI's Swagger page without its inline script or CDN links, under its own CSP (``DOCS_CSP``)."""
+    root = html.escape(request.scope.get("root_path", ""))
+    headers = {"Content-Security-Policy": DOCS_CSP}
+    if not request.app.state.swagger_ui:
+        message = f"Swagger UI is not installed ({SWAGGER_PACKAGE}); read {root}{OPENAPI_PATH} instead."
+        return HTMLResponse(message, status_code=503, headers=headers)
+    ui = f"{root}{SWAGGER_STATIC}"
+    page = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>{html.escape(request.app.title)} API</title>
+<link rel="stylesheet" href="{ui}/swagger-ui.css">
+<link rel="icon" href="{ui}/favicon.png">
+</head>
+<body>
+<div id="swagger-ui" data-openapi-url="{root}{OPENAPI_PATH}"></div>
+<script src="{ui}/swagger-ui-bundle.js"></script>
+<script src="{root}/static/swagger-init.js"></script>
+</body>
+</html>
+"""
+    return HTMLResponse(page, headers=headers)
 
 
 def _validation_error(request: Request, exc: Exception) -> Response:

@@ -3,7 +3,12 @@
 Viewers and organisers read; only organisers register and run (a run loads the model spec's code or files
 on the server). Keys never leave the request that uploads them except into the run's background thread:
 see ``assay.dyepack.registry`` for the rule and for what is shown (nothing that reveals a trigger, a target
-or a backdoor row, to anyone). Verifications run on a small thread pool, never on the event loop.
+or a backdoor row, to anyone). Verifications run on a small thread pool, never on the event loop; each run
+this process holds beats a heartbeat (``registry.Heartbeat``) so servers on other hosts can fail it if we die.
+
+Request bodies are bounded while they arrive (``assay.web.uploads``): a run's form at
+``registry.MAX_RELEASE_BYTES + registry.MAX_KEY_BYTES + FORM_OVERHEAD``, everything else (registration,
+JSON) at ``MAX_FORM_BYTES``; a file over its own limit inside an allowed body is refused too. All 413.
 """
 
 from __future__ import annotations
@@ -27,9 +32,49 @@ from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
 from assay.web.routes import Area, redirect, render
 from assay.web.security import DbSession, require
+from assay.web.uploads import TooLarge, bounded_route
 
-pages = APIRouter(prefix="/dyepack", include_in_schema=False)
-api = APIRouter(prefix="/api/v1/dyepack", tags=["dyepack"])
+FORM_OVERHEAD = 64 * 2**10  # multipart headers and the small fields around a run's two files
+MAX_FORM_BYTES = 2**20  # any other DyePack request: a commitment (10,000 characters) and a few short fields
+
+
+def _size(n: float) -> str:
+    """Bytes for people, in the decimal units the DyePack limits are set in."""
+    return f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB" if n >= 1e3 else f"{n:g} bytes"
+
+
+def _form_too_large() -> TooLarge:
+    """Registration and JSON bodies are small; a big one is a release or a key sent to the wrong form."""
+    return TooLarge(
+        f"the request is larger than the limit of {MAX_FORM_BYTES / 2**20:g} MiB: a commitment.txt is a few "
+        "hundred bytes; send the commitment, not the release or its key"
+    )
+
+
+def _run_body_limit() -> int:
+    """Read per request, so tests can lower the constants."""
+    return registry.MAX_RELEASE_BYTES + registry.MAX_KEY_BYTES + FORM_OVERHEAD
+
+
+def _run_too_large() -> TooLarge:
+    """Says both file limits, since the body limit is their sum."""
+    return TooLarge(
+        f"the upload is larger than the limit of {_size(_run_body_limit())} (the release file at most "
+        f"{_size(registry.MAX_RELEASE_BYTES)}, the key at most {_size(registry.MAX_KEY_BYTES)}): "
+        "upload the released benchmark file and its key.json, nothing else"
+    )
+
+
+def _form_limit() -> int:
+    """Read per request, like ``_run_body_limit``."""
+    return MAX_FORM_BYTES
+
+
+FormBody = bounded_route(_form_limit, _form_too_large)
+RunBody = bounded_route(_run_body_limit, _run_too_large)
+pages = APIRouter(prefix="/dyepack", include_in_schema=False, route_class=FormBody)
+run_form = APIRouter(prefix="/dyepack", include_in_schema=False, route_class=RunBody)  # takes a release
+api = APIRouter(prefix="/api/v1/dyepack", tags=["dyepack"], route_class=FormBody)
 router = APIRouter()
 
 AREAS = [
@@ -56,8 +101,8 @@ _active: set[int] = set()  # runs this process holds a key for (queued or runnin
 
 
 def _reap(session: Session) -> None:
-    """Fail runs whose key holder stopped, so no page shows a run as running forever."""
-    registry.fail_interrupted_runs(session, lambda run: registry.holder_is_gone(run, _active))
+    """Fail runs whose key holder stopped (here, or silent on any host), so none shows running forever."""
+    registry.fail_interrupted_runs(session, lambda run: registry.interruption(run, _active))
 
 
 def _benchmark(session: Session, benchmark_id: int) -> DyePackBenchmark:
@@ -75,11 +120,17 @@ def _run(session: Session, run_id: int) -> DyePackRun:
     return found
 
 
-def _upload(upload: UploadFile | None, limit: int) -> tuple[bytes, str]:
-    """An upload's bytes (at most ``limit + 1``, so the size check can fail) and its file name."""
+def _upload(upload: UploadFile | None, limit: int, what: str) -> tuple[bytes, str]:
+    """An upload's bytes and its file name; ``TooLarge`` past ``limit``, reading no more than one byte over.
+
+    The form parser spooled the file to disk; only one that fits its limit is read into memory.
+    """
     if not isinstance(upload, StarletteUpload):  # None, or a plain text field sent under the file's name
         return b"", ""
-    return upload.file.read(limit + 1), upload.filename or ""
+    data = upload.file.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(f"{what}: larger than the limit of {_size(limit)}")
+    return data, upload.filename or ""
 
 
 def _number(text: str, field_name: str, low: float, high: float, integer: bool = False) -> float:
@@ -95,11 +146,14 @@ def _number(text: str, field_name: str, low: float, high: float, integer: bool =
     return value
 
 
-def _execute(sessions: sessionmaker[Session], run_id: int, job: registry.VerificationJob) -> None:
-    """The pool's task: one run; afterwards this process no longer holds its key."""
+def _execute(
+    sessions: sessionmaker[Session], run_id: int, job: registry.VerificationJob, heart: registry.Heartbeat
+) -> None:
+    """The pool's task: one run; afterwards this process no longer holds its key, nor beats for it."""
     try:
         registry.execute_run(sessions, run_id, job)
     finally:
+        heart.stop()
         _active.discard(run_id)
 
 
@@ -119,7 +173,14 @@ def _start(
     except BaseException:
         _active.discard(run.id)
         raise
-    _executor.submit(_execute, request.app.state.sessions, run.id, job)
+    sessions = request.app.state.sessions
+    heart = registry.Heartbeat(sessions, run.id).start()  # from the queue on: a wait is not a death
+    try:
+        _executor.submit(_execute, sessions, run.id, job, heart)
+    except BaseException:  # the pool is shutting down: the run is left to be reaped as interrupted
+        heart.stop()
+        _active.discard(run.id)
+        raise
     return run
 
 
@@ -188,7 +249,7 @@ def register(
     """Register a release by its commitment: the uploaded commitment.txt or its pasted text."""
     form = {"name": name, "commitment": commitment, "description": description, "url": url}
     try:
-        data, _ = _upload(commitment_file, registry.MAX_COMMITMENT_CHARS)
+        data, _ = _upload(commitment_file, registry.MAX_COMMITMENT_CHARS, "commitment file")
         if data.strip() and commitment.strip():
             raise UserError("commitment: upload commitment.txt or paste its contents, not both")
         try:
@@ -196,6 +257,8 @@ def register(
         except UnicodeDecodeError:
             raise UserError("commitment: the uploaded file is not UTF-8 text") from None
         benchmark = registry.register_benchmark(session, name, text, description, url, user.id)
+    except TooLarge as err:
+        return _index_page(request, session, user, 413, error=err.detail, form=form)
     except UserError as err:
         session.rollback()
         return _index_page(request, session, user, 400, error=err, form=form)
@@ -214,9 +277,9 @@ def _job_from_form(
     spec, model_name = registry.check_model_spec(form["model"], form["model_name"])
     alpha = _number(form["alpha"], "alpha", 0.0, 1.0)
     tokens = int(_number(form["max_new_tokens"], "max new tokens", 1, 4096, integer=True))
-    secret = registry.parse_key(_upload(key, registry.MAX_KEY_BYTES)[0])
+    secret = registry.parse_key(_upload(key, registry.MAX_KEY_BYTES, "key file")[0])
     registry.check_key(benchmark, secret)
-    data, filename = _upload(release, registry.MAX_RELEASE_BYTES)
+    data, filename = _upload(release, registry.MAX_RELEASE_BYTES, "release file")
     if not data:
         raise UserError("release file: required (the released benchmark file)")
     bench = registry.read_release(data, filename, secret)
@@ -224,7 +287,7 @@ def _job_from_form(
     return registry.VerificationJob(spec, model_name, params, alpha, secret, bench), filename
 
 
-@pages.post("/benchmarks/{benchmark_id}/runs", response_class=HTMLResponse)
+@run_form.post("/benchmarks/{benchmark_id}/runs", response_class=HTMLResponse)
 def start_run(
     request: Request,
     session: DbSession,
@@ -242,6 +305,8 @@ def start_run(
     form = {"model": model, "model_name": model_name, "alpha": alpha, "max_new_tokens": max_new_tokens}
     try:
         job, release_name = _job_from_form(benchmark, release, key, form)
+    except TooLarge as err:
+        return _benchmark_page(request, session, benchmark, user, 413, error=err.detail, form=form)
     except UserError as err:
         return _benchmark_page(request, session, benchmark, user, 400, error=err, form=form)
     run = _start(request, session, benchmark, job, release_name, user)
@@ -380,7 +445,11 @@ def api_benchmarks(session: DbSession, user: Viewer) -> list[BenchmarkOut]:
     "/benchmarks",
     response_model=BenchmarkOut,
     status_code=201,
-    responses={**ERRORS, 400: {"model": Problem, "description": "a field is malformed"}},
+    responses={
+        **ERRORS,
+        400: {"model": Problem, "description": "a field is malformed"},
+        413: {"model": Problem, "description": "the request body is over the limit"},
+    },
     summary="Register a release by its commitment (organisers)",
 )
 def api_register(body: BenchmarkIn, session: DbSession, user: Organiser) -> BenchmarkOut:
@@ -413,4 +482,5 @@ def api_run(session: DbSession, user: Viewer, run_id: Id) -> RunVerdict:
 
 
 router.include_router(pages)
+router.include_router(run_form)
 router.include_router(api)

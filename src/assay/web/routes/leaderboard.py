@@ -21,7 +21,6 @@ so a rule holds in both or in neither. Who sees what (the sharing rule):
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -29,12 +28,11 @@ from typing import Annotated, Any, Literal, get_args
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Request, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
-from starlette.types import Message, Receive
+from starlette.types import Receive
 
 from assay.config import settings
 from assay.errors import UserError
@@ -48,6 +46,7 @@ from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
 from assay.web.routes import Area, redirect, render
 from assay.web.security import CurrentUser, DbSession, require
+from assay.web.uploads import TooLarge, bounded_receive, bounded_route
 
 MAX_UPLOAD_BYTES = 200 * 2**20  # the archive; read at request time, so tests can lower it
 FORM_OVERHEAD = 64 * 2**10  # multipart headers and the other form fields around the archive
@@ -67,54 +66,30 @@ Organiser = Annotated[WebUser, Depends(require("organiser"))]
 AREAS = [Area("Leaderboard", "/leaderboard", (), "Trojan-detector rounds, standings and uploads.", order=10)]
 
 
-# --- uploads: a body limit enforced while the body arrives ---------------------------------------------
+# --- uploads: a body limit enforced while the body arrives (``assay.web.uploads``) ---------------------
 
 
-class UploadTooLarge(HTTPException):
+class UploadTooLarge(TooLarge):
     """413 with a message that says the limit and what to do."""
 
     def __init__(self) -> None:
         super().__init__(
-            413,
             f"the upload is larger than the limit of {MAX_UPLOAD_BYTES / 2**20:g} MiB: leave out what the "
-            "detector does not need to run (training data, caches, checkpoints) and upload it again",
+            "detector does not need to run (training data, caches, checkpoints) and upload it again"
         )
+
+
+def _body_limit() -> int:
+    """The archive and the form around it; read per request, so tests can lower the constants."""
+    return MAX_UPLOAD_BYTES + FORM_OVERHEAD
 
 
 def _bounded(receive: Receive, declared: str) -> Receive:
     """``receive`` raising ``UploadTooLarge`` once the body passes the limit, or at once if declared so."""
-    received = 0
-
-    async def bounded_receive() -> Message:
-        nonlocal received
-        limit = MAX_UPLOAD_BYTES + FORM_OVERHEAD
-        if declared.isdigit() and int(declared) > limit:
-            raise UploadTooLarge()
-        message = await receive()
-        received += len(message.get("body", b""))
-        if received > limit:
-            raise UploadTooLarge()
-        return message
-
-    return bounded_receive
+    return bounded_receive(receive, declared, _body_limit(), UploadTooLarge)
 
 
-class BoundedBody(APIRoute):
-    """Routes whose request body may not exceed the upload limit, checked before anything stores it.
-
-    A declared Content-Length over the limit fails on the first read, before a byte is stored; a chunked
-    body is cut off once it passes the limit. The form parser spools file parts to disk past 1 MiB, so memory
-    stays small either way.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def bounded(request: Request) -> Response:
-            declared = request.headers.get("content-length", "")
-            return await handler(Request(request.scope, _bounded(request.receive, declared)))
-
-        return bounded
+BoundedBody = bounded_route(_body_limit, UploadTooLarge)
 
 
 class Problem(BaseModel):
