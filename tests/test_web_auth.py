@@ -271,6 +271,43 @@ def test_cli_user_add_list_and_token(
     assert isinstance(missing.exception, UserError) and "ASSAY_PASSWORD" in str(missing.exception)
 
 
+def test_cli_password_disable_and_enable(
+    tmp_path: Path, assay_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shell's way back in: a locked-out organiser gets a new password; disable ends every credential."""
+    runner = CliRunner()
+    monkeypatch.setenv("ASSAY_PASSWORD", PASSWORD)
+    assert runner.invoke(cli_app, ["user", "add", "alice", "--role", "organiser"]).exit_code == 0
+    token = runner.invoke(cli_app, ["user", "token", "alice", "--name", "ci"]).output.strip()
+    sessions = open_store()
+    with sessions.begin() as session:
+        alice = accounts.get_user(session, "alice")
+        cookie = accounts.start_session(session, alice)  # type: ignore[arg-type]
+        for _ in range(accounts.MAX_FAILED_LOGINS):
+            with pytest.raises(UserError):
+                accounts.authenticate(session, "alice", "wrong password!")
+    with sessions.begin() as session:
+        assert accounts.is_locked(accounts.get_user(session, "alice"))  # type: ignore[arg-type]
+    new = "a brand new passphrase"
+    monkeypatch.setenv("ASSAY_PASSWORD", new)
+    assert runner.invoke(cli_app, ["user", "password", "alice"]).exit_code == 0
+    with sessions.begin() as session:
+        assert accounts.session_user(session, cookie) is None  # sessions ended
+        assert accounts.authenticate(session, "alice", new).username == "alice"  # lockout lifted
+        assert accounts.token_user(session, token) is not None
+    assert runner.invoke(cli_app, ["user", "disable", "alice"]).exit_code == 0
+    with sessions.begin() as session:
+        assert accounts.token_user(session, token) is None
+        with pytest.raises(UserError):
+            accounts.authenticate(session, "alice", new)
+    assert runner.invoke(cli_app, ["user", "enable", "alice"]).exit_code == 0
+    with sessions.begin() as session:
+        assert accounts.authenticate(session, "alice", new).username == "alice"
+        assert accounts.token_user(session, token) is None  # old tokens stay revoked
+    missing = runner.invoke(cli_app, ["user", "disable", "nobody"])
+    assert isinstance(missing.exception, UserError) and "no web user 'nobody'" in str(missing.exception)
+
+
 def test_login_over_a_real_uvicorn_server(app: FastAPI) -> None:
     with serve_in_thread(app) as base_url, httpx.Client(base_url=base_url, follow_redirects=True) as http:
         assert http.get("/api/v1/health").json()["status"] == "ok"

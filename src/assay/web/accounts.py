@@ -499,11 +499,11 @@ def end_all_sessions(session: Session, user: WebUser) -> None:
     session.flush()
 
 
-def set_disabled(session: Session, actor: WebUser, user: WebUser, disabled: bool) -> None:
+def set_disabled(session: Session, actor: WebUser | None, user: WebUser, disabled: bool) -> None:
     """Disable ``user`` (or enable them again). Disabling ends their sessions and revokes their API tokens at
     once, so re-enabling never revives a credential from before. Nobody may disable themselves: the organiser
-    who acts always stays able to undo it."""
-    if disabled and actor.id == user.id:
+    who acts always stays able to undo it (``actor`` None: the shell, which can always undo it)."""
+    if disabled and actor is not None and actor.id == user.id:
         raise UserError("you cannot disable your own account: ask another organiser")
     user.disabled = disabled
     if disabled:

@@ -16,6 +16,7 @@ import html
 import importlib.util
 import json
 import logging
+import os
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
+SECURE_COOKIES_ENV = "ASSAY_SECURE_COOKIES"
 OPENAPI_PATH = "/api/v1/openapi.json"
 DOCS_PATH = "/api/v1/docs"
 SWAGGER_STATIC = "/static/swagger-ui"  # mounted before /static, so it is not shadowed by it
@@ -68,6 +70,12 @@ def make_templates() -> Jinja2Templates:
         loader=FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True, lstrip_blocks=True
     )
     return Jinja2Templates(env=env, context_processors=[page_context])
+
+
+def app_from_env() -> FastAPI:
+    """The application factory for several worker processes (``assay serve --workers``, or uvicorn's
+    ``--factory``): the database from ``ASSAY_DB_URL``, Secure cookies when ``ASSAY_SECURE_COOKIES=1``."""
+    return create_app(secure_cookies=os.environ.get(SECURE_COOKIES_ENV) == "1")
 
 
 def create_app(database_url: str | None = None, *, secure_cookies: bool = False) -> FastAPI:

@@ -23,7 +23,7 @@ from assay.store.engine import open_store
 from assay.web import accounts
 
 app = typer.Typer(
-    help="Web accounts: add users, list them, issue API tokens.\n\n"
+    help="Web accounts: add, list, disable or enable users, set passwords, issue API tokens.\n\n"
     "Example: ASSAY_PASSWORD=... assay user add alice --role organiser",
     no_args_is_help=True,
 )
@@ -43,20 +43,34 @@ def serve(
     target: str | None = typer.Option(
         None, "--target", help="With --demo: the campaign's target model (default: the bundled SmolLM2)."
     ),
+    workers: int = typer.Option(
+        1, "--workers", min=1, max=64, help="Worker processes; use PostgreSQL for more than one."
+    ),
 ) -> None:
     """Run the web application (pages and the JSON API under /api/v1).
 
     Example: assay serve --port 8000   (then: assay user add alice --role organiser)
     Example: ASSAY_HOME=demo-home assay serve --demo   (prints one password per role)
+    Example: ASSAY_DB_URL=postgresql+psycopg://assay@db/assay assay serve --workers 4
     """
     import uvicorn
 
-    from assay.web.app import create_app
+    from assay.web.app import SECURE_COOKIES_ENV, create_app
 
-    web = create_app(db or settings().database_url, secure_cookies=secure_cookies)
+    url = db or settings().database_url
+    web = create_app(url, secure_cookies=secure_cookies)  # migrates once, before any worker starts
     if demo:
         _seed_demo(web.state.sessions, target)
-    uvicorn.run(web, host=host, port=port, proxy_headers=True)
+    if workers == 1:
+        uvicorn.run(web, host=host, port=port, proxy_headers=True)
+        return
+    if url.startswith("sqlite"):
+        console.print("note: several workers on SQLite share one write lock; PostgreSQL scales further")
+    os.environ["ASSAY_DB_URL"] = url  # the workers are new processes: they read it from the environment
+    os.environ[SECURE_COOKIES_ENV] = "1" if secure_cookies else "0"
+    web.state.sessions.kw["bind"].dispose()  # no connection of this process is inherited by a worker
+    factory = "assay.web.app:app_from_env"
+    uvicorn.run(factory, factory=True, workers=workers, host=host, port=port, proxy_headers=True)
 
 
 def _demo_round(folder: Path) -> Path:
@@ -102,7 +116,7 @@ def _seed_demo(sessions: Any, target: str | None) -> None:
 
 @app.callback()
 def user() -> None:
-    """Web accounts: add users, list them, issue API tokens."""
+    """Web accounts: add, list, disable or enable users, set passwords, issue API tokens."""
 
 
 def read_password(password_file: Path | None) -> str:
@@ -186,8 +200,62 @@ def token(
     Example: assay user token alice --name ci
     """
     with open_store(db).begin() as session:
-        found = accounts.get_user(session, username)
-        if found is None:
-            raise UserError(f"no web user '{username}': see `assay user list`")
-        raw = accounts.create_api_token(session, found, name)
+        raw = accounts.create_api_token(session, _existing(session, username), name)
     typer.echo(raw)
+
+
+def _existing(session: Any, username: str) -> Any:
+    found = accounts.get_user(session, username)
+    if found is None:
+        raise UserError(f"no web user '{username}': see `assay user list`")
+    return found
+
+
+@app.command("password")
+def password(
+    username: str = typer.Argument(..., help="Whose password."),
+    password_file: Path | None = typer.Option(None, "--password-file", help="File whose first line is it."),
+    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+) -> None:
+    """Set USERNAME's password from the shell, ending their sessions and lifting a lockout: the way back in
+    for an organiser who forgot theirs (others can get a reset link from an organiser).
+
+    Example: ASSAY_PASSWORD=... assay user password alice
+    """
+    new = read_password(password_file)
+    with open_store(db).begin() as session:
+        found = _existing(session, username)
+        accounts.set_password(session, found, new)
+        accounts.end_all_sessions(session, found)
+        accounts.unlock(session, found)
+    console.print(f"password of [bold]{username}[/] set; their sessions ended", highlight=False)
+
+
+@app.command("disable")
+def disable(
+    username: str = typer.Argument(..., help="Who."),
+    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+) -> None:
+    """Disable USERNAME: they cannot sign in, their sessions end and their API tokens are revoked at once.
+
+    Example: assay user disable alice
+    """
+    with open_store(db).begin() as session:
+        accounts.set_disabled(session, None, _existing(session, username), True)
+    console.print(f"disabled [bold]{username}[/]", highlight=False)
+
+
+@app.command("enable")
+def enable(
+    username: str = typer.Argument(..., help="Who."),
+    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+) -> None:
+    """Enable USERNAME again (old API tokens stay revoked; a lockout from failed sign-ins is lifted).
+
+    Example: assay user enable alice
+    """
+    with open_store(db).begin() as session:
+        found = _existing(session, username)
+        accounts.set_disabled(session, None, found, False)
+        accounts.unlock(session, found)
+    console.print(f"enabled [bold]{username}[/]", highlight=False)
