@@ -83,3 +83,29 @@ def test_pre_annotation_checks() -> None:
         check_pre_annotation(spec, {"assigned_rule_broken": "yes"})
     with pytest.raises(UserError, match="unknown field 'mood'"):
         check_pre_annotation(spec, {"mood": 1})
+
+
+def test_target_models_kept_are_the_most_recently_used(tmp_path: Path, monkeypatch) -> None:
+    """At most MAX_LOADED_MODELS stay loaded; the least recently used goes first and is freed."""
+    import gc
+    import weakref
+
+    from assay.star import live
+
+    monkeypatch.setattr(live, "_MODELS", type(live._MODELS)())
+    specs = []
+    for name in "abc":
+        module = tmp_path / f"target_{name}.py"
+        module.write_text(f"def reply(prompts):\n    return ['{name}' for _ in prompts]\n")
+        specs.append(f"python:{module}:reply")
+    a, b, c = specs
+    first_a, first_b = live.target_model(a), live.target_model(b)
+    assert live.target_model(a) is first_a  # kept, and now the most recently used
+    gone = weakref.ref(first_b)
+    del first_b
+    live.target_model(c)  # a third model: b, the least recently used, is dropped
+    gc.collect()
+    assert list(live._MODELS) == [a, c] and gone() is None
+    assert live.target_model(a) is first_a
+    with pytest.raises(UserError, match="has not chosen a target model"):
+        live.target_model("")

@@ -16,6 +16,7 @@ The functions take a ``Session`` and flush, never commit (the caller owns the tr
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -101,19 +102,26 @@ def generation_params(settings: CampaignSettings) -> GenerationParams:
     return GenerationParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
 
 
-_MODELS: dict[str, ChatModel] = {}
+MAX_LOADED_MODELS = 2  # target models kept per process; the least recently used one goes first
+_MODELS: OrderedDict[str, ChatModel] = OrderedDict()
 _MODELS_LOCK = threading.Lock()
 
 
 def target_model(spec: str) -> ChatModel:
-    """The loaded model for a spec, kept for the life of the process: an ``hf:`` model loads once, and an
-    ``openai:`` model asks the server for its name once, not on every message."""
+    """The loaded model for a spec, kept while it is among the ``MAX_LOADED_MODELS`` most recently used: an
+    ``hf:`` model loads once, not per message, and a campaign that moves to another model (or several
+    campaigns with their own) does not keep every model it ever used in memory. Replies under way keep
+    their model alive until they finish."""
     if not spec:
         raise UserError("the organiser has not chosen a target model for this campaign yet")
     with _MODELS_LOCK:
-        if spec not in _MODELS:
-            _MODELS[spec] = load_model(spec)
-        return _MODELS[spec]
+        if spec in _MODELS:
+            _MODELS.move_to_end(spec)
+            return _MODELS[spec]
+        model = _MODELS[spec] = load_model(spec)
+        while len(_MODELS) > MAX_LOADED_MODELS:
+            _MODELS.popitem(last=False)
+        return model
 
 
 # --- red-team drafts ------------------------------------------------------------------------------------
