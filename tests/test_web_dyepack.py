@@ -270,11 +270,9 @@ def test_a_contaminated_model_is_flagged_and_a_constant_one_is_not(
     assert [r["id"] for r in runs] == [clean["id"], flagged["id"]]
 
 
-def test_runs_happen_in_the_background_while_the_server_answers(
-    client: TestClient, release: PrepareResult, tmp_path: Path
-) -> None:
-    gate = tmp_path / "go"
-    model = write_model(
+def gated_model(tmp_path: Path, gate: Path) -> str:
+    """A model that answers only once the file ``gate`` exists: a run held open as long as a test needs."""
+    return write_model(
         tmp_path,
         "gated",
         f"""
@@ -285,6 +283,13 @@ def test_runs_happen_in_the_background_while_the_server_answers(
             return ["Answer: A" for _ in prompts]
         """,
     )
+
+
+def test_runs_happen_in_the_background_while_the_server_answers(
+    client: TestClient, release: PrepareResult, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    model = gated_model(tmp_path, gate)
     csrf = login(client, "olga")
     bench = registered(client, csrf, release)
     run_id = run_id_of(
@@ -584,17 +589,7 @@ def test_queued_and_running_runs_beat_until_they_end(
     """Two runs fill the pool and a third waits: all three beat (a wait is not a death), then stop."""
     monkeypatch.setattr(registry, "HEARTBEAT_SECONDS", 0.05)
     gate = tmp_path / "go"
-    model = write_model(
-        tmp_path,
-        "gated",
-        f"""
-        import pathlib, time
-        def answer(prompts):
-            while not pathlib.Path({str(gate)!r}).exists():
-                time.sleep(0.02)
-            return ["Answer: A" for _ in prompts]
-        """,
-    )
+    model = gated_model(tmp_path, gate)
     csrf = login(client, "olga")
     bench = registered(client, csrf, release)
     key = release.key_path.read_bytes()
