@@ -15,6 +15,7 @@ import httpx
 import pytest
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from fastapi import FastAPI
 from sqlalchemy import inspect, select
 from starlette.testclient import TestClient
@@ -25,7 +26,7 @@ from assay.store import StarParticipant, Team, make_engine, open_store
 from assay.store.engine import MIGRATIONS
 from assay.store.models import utcnow
 from assay.store.web_models import WebPasswordReset
-from assay.web import accounts
+from assay.web import accounts, audit
 from assay.web.app import create_app
 
 PASSWORD = "correct horse battery"
@@ -529,5 +530,65 @@ def test_the_reset_table_migrates_fresh_and_from_the_old_heads(tmp_path: Path) -
         bind = sessions.kw["bind"]
         with bind.connect() as connection:
             heads = {row[0] for row in connection.exec_driver_sql("SELECT version_num FROM alembic_version")}
-        assert "0005_web_admin" in heads and "0003" not in heads  # beside the other branches' heads
+        assert heads == set(ScriptDirectory.from_config(config).get_heads())  # every branch at its head
         assert "web_password_resets" in inspect(bind).get_table_names()
+
+
+# ---- audit trail --------------------------------------------------------------------------------
+
+
+def test_every_account_change_leaves_one_audit_event_with_who_did_it(app: FastAPI) -> None:
+    """Pages, the API and a reset link each record who changed what; a refused change records nothing;
+    only organisers read the trail."""
+    olga, csrf = browser(app, "olga")
+    oscar = token_of(app, "oscar")
+    with app.state.sessions() as session:
+        before = {e.id for e in audit.recent(session, 1000)}
+    form = {"csrf_token": csrf}
+    assert (
+        olga.post("/admin/users/tom/roles", data={**form, "roles": "viewer", "team": ""}).status_code == 200
+    )
+    assert olga.post("/admin/users/tom/disable", data=form).status_code == 200
+    assert olga.post("/admin/users/olga/disable", data=form).status_code == 400  # refused: not recorded
+    assert olga.post("/admin/users/tom/enable", data=form).status_code == 200
+    link = link_in(olga.post("/admin/users/tom/password-reset", data=form), "reset-link")
+    data = {"password": NEW_PASSWORD, "password_again": NEW_PASSWORD}
+    assert TestClient(app).post(link, data=data, follow_redirects=False).status_code == 303
+    linked = TestClient(app).post(
+        "/api/v1/admin/users/tom/pool-members", json={"campaign": "demo", "member": "p-ben"}, headers=oscar
+    )
+    assert linked.status_code == 200, linked.text
+    expected = [
+        ("olga", "user.roles", "tom", "roles: team_member; team: alpha -> roles: viewer"),
+        ("olga", "user.disable", "tom", ""),
+        ("olga", "user.enable", "tom", ""),
+        ("olga", "password_reset.issue", "tom", ""),
+        ("tom", "password_reset.use", "tom", ""),
+        ("oscar", "user.link_member", "tom", "campaign: demo; pool member: p-ben"),
+    ]
+    events = TestClient(app).get("/api/v1/admin/audit", headers=oscar).json()
+    new = [e for e in reversed(events)][len(before) :]
+    assert [(e["actor"], e["action"], e["target"], e["detail"]) for e in new] == expected
+    only_tom = TestClient(app).get("/api/v1/admin/audit?target=tom&limit=2", headers=oscar).json()
+    assert [e["action"] for e in only_tom] == ["user.link_member", "password_reset.use"]
+    page = olga.get("/admin/audit")
+    assert page.status_code == 200 and "password-reset link issued" in page.text
+    assert "user.disable" in olga.get("/admin/users/tom").text  # the account's own history
+    assert TestClient(app).get("/api/v1/admin/audit", headers=token_of(app, "tom")).status_code == 403
+    tom, _ = browser(app, "tom", NEW_PASSWORD)
+    assert tom.get("/admin/audit", follow_redirects=False).status_code == 403
+    assert "reset" not in " ".join(e["detail"] for e in events)  # no link or token is written down
+
+
+def test_the_shell_leaves_a_trail_too(app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> None:
+    with app.state.sessions.begin() as session:
+        tom = accounts.get_user(session, "tom")
+        accounts.set_disabled(session, None, tom, True)  # type: ignore[arg-type]
+        accounts.create_user(session, "newcomer", PASSWORD, ["viewer"])
+    with app.state.sessions() as session:
+        latest = audit.recent(session, 2)
+        shown = [(audit.actor_name(e), e.action, e.target, e.detail) for e in latest]
+    assert shown == [
+        ("shell", "user.create", "newcomer", "roles: viewer"),
+        ("shell", "user.disable", "tom", ""),
+    ]

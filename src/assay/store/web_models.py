@@ -103,3 +103,22 @@ class WebPasswordReset(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_by: Mapped[int] = mapped_column(ForeignKey("web_users.id"))  # the organiser who issued it
+
+
+class WebAuditEvent(Base):
+    """One change to accounts or access, for organisers to answer "who did this, and when?".
+
+    ``actor_id`` None: done from the shell (``assay user``), by whoever holds the database. Never holds a
+    secret: tokens, links and passwords are named, not written down.
+    """
+
+    __tablename__ = "web_audit_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    actor_id: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
+    action: Mapped[str] = mapped_column(String(40))  # e.g. user.disable; see assay.web.audit.ACTIONS
+    target: Mapped[str] = mapped_column(String(200))  # a username, usually
+    detail: Mapped[str] = mapped_column(String(1000), default="")
+
+    actor: Mapped[WebUser | None] = relationship(lazy="joined")

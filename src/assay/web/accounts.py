@@ -37,6 +37,7 @@ from assay.store.web_models import (
     WebUser,
     WebUserParticipant,
 )
+from assay.web.audit import record
 
 MAX_FAILED_LOGINS = 5  # consecutive failures before the account is locked
 LOCKOUT = timedelta(minutes=15)
@@ -130,8 +131,11 @@ def create_user(
     roles: list[str] | tuple[str, ...],
     team: Team | None = None,
     display_name: str = "",
+    *,
+    actor: WebUser | None = None,
 ) -> WebUser:
-    """A new account; a bad username, short password, unknown role or taken name is a ``UserError``."""
+    """A new account; a bad username, short password, unknown role or taken name is a ``UserError``.
+    ``actor``: the organiser who made it (None: the shell, or the person accepting an invitation)."""
     username = username.strip()
     if not USERNAME.fullmatch(username):
         raise UserError(f"username '{username}' invalid: use 3-64 characters of a-z, 0-9, '_', '.', '-'")
@@ -150,7 +154,12 @@ def create_user(
     )
     session.add(user)
     session.flush()
+    record(session, actor, "user.create", username, _roles_detail(roles, team))
     return user
+
+
+def _roles_detail(roles: list[str], team: Team | None) -> str:
+    return f"roles: {', '.join(roles)}" + (f"; team: {team.name}" if team else "")
 
 
 def get_user(session: Session, username: str) -> WebUser | None:
@@ -342,6 +351,8 @@ def create_invitation(
         )
     )
     session.flush()
+    member = f"; pool member: {participant.external_id}" if participant else ""
+    record(session, creator, "invitation.issue", "(new account)", _roles_detail(roles, team) + member)
     return raw
 
 
@@ -377,11 +388,15 @@ def accept_invitation(
         raise UserError("this invitation has already been used")
     if invitation.participant_id is not None:
         link_participant(session, user, session.get_one(StarParticipant, invitation.participant_id))
+    issuer = session.get_one(WebUser, invitation.created_by)
+    record(session, user, "invitation.accept", user.username, f"invited by {issuer.username}")
     session.flush()
     return user
 
 
-def link_participant(session: Session, user: WebUser, participant: StarParticipant) -> None:
+def link_participant(
+    session: Session, user: WebUser, participant: StarParticipant, *, actor: WebUser | None = None
+) -> None:
     """Let ``user`` act as this STAR pool member; a member belongs to one user at most, and a user acts as
     one member per campaign (the task pages pick the member by campaign)."""
     if _unlinked_or_of(session, participant, user) is not None:
@@ -394,6 +409,13 @@ def link_participant(session: Session, user: WebUser, participant: StarParticipa
             )
     session.add(WebUserParticipant(user_id=user.id, participant_id=participant.id))
     session.flush()
+    if actor is not None:  # an organiser's act; an accepted invitation is recorded as such
+        record(session, actor, "user.link_member", user.username, _member_detail(session, participant))
+
+
+def _member_detail(session: Session, participant: StarParticipant) -> str:
+    campaign = session.get_one(StarCampaign, participant.campaign_id)
+    return f"campaign: {campaign.name}; pool member: {participant.external_id}"
 
 
 def _unlinked_or_of(
@@ -414,7 +436,9 @@ def _unlinked_or_of(
     )
 
 
-def unlink_participant(session: Session, user: WebUser, participant_id: int) -> StarParticipant | None:
+def unlink_participant(
+    session: Session, user: WebUser, participant_id: int, *, actor: WebUser | None = None
+) -> StarParticipant | None:
     """End ``user``'s link to this pool member (their finished work stays with the member); ``None`` if
     the user did not act as it."""
     link = session.scalar(
@@ -426,7 +450,9 @@ def unlink_participant(session: Session, user: WebUser, participant_id: int) -> 
         return None
     session.delete(link)
     session.flush()
-    return session.get(StarParticipant, participant_id)
+    member = session.get_one(StarParticipant, participant_id)
+    record(session, actor, "user.unlink_member", user.username, _member_detail(session, member))
+    return member
 
 
 def participants_of(session: Session, user: WebUser) -> list[StarParticipant]:
@@ -509,6 +535,7 @@ def set_disabled(session: Session, actor: WebUser | None, user: WebUser, disable
     if disabled:
         end_all_sessions(session, user)
         session.execute(update(WebApiToken).where(WebApiToken.user_id == user.id).values(revoked=True))
+    record(session, actor, "user.disable" if disabled else "user.enable", user.username)
     session.flush()
 
 
@@ -520,13 +547,18 @@ def set_roles(
     roles = _check_roles(roles)
     if actor.id == user.id and "organiser" not in roles:
         raise UserError("you cannot remove your own organiser role: ask another organiser")
+    before = _roles_detail(list(user.roles), user.team)
     user.roles, user.team = roles, team
+    record(session, actor, "user.roles", user.username, f"{before} -> {_roles_detail(roles, team)}")
     session.flush()
 
 
-def unlock(session: Session, user: WebUser) -> None:
-    """Lift a lockout from failed sign-ins before it runs out (the counter starts again from zero)."""
+def unlock(session: Session, user: WebUser, *, actor: WebUser | None = None, quiet: bool = False) -> None:
+    """Lift a lockout from failed sign-ins before it runs out (the counter starts again from zero);
+    ``quiet`` when it is part of another recorded change (a password reset)."""
     user.failed_logins, user.locked_until = 0, None
+    if not quiet:
+        record(session, actor, "user.unlock", user.username)
     session.flush()
 
 
@@ -557,6 +589,7 @@ def create_password_reset(
             created_by=creator.id,
         )
     )
+    record(session, creator, "password_reset.issue", user.username)
     session.flush()
     return raw
 
@@ -593,6 +626,7 @@ def use_password_reset(session: Session, raw: str, password: str, now: datetime 
         raise UserError("this password-reset link has already been used: ask an organiser for a new one")
     user = session.get_one(WebUser, reset.user_id)
     set_password(session, user, password)
-    unlock(session, user)
+    unlock(session, user, quiet=True)
     end_all_sessions(session, user)
+    record(session, user, "password_reset.use", user.username)
     return user

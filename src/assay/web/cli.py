@@ -21,6 +21,7 @@ from assay.config import settings
 from assay.errors import UserError
 from assay.store.engine import open_store
 from assay.web import accounts
+from assay.web.audit import record
 
 app = typer.Typer(
     help="Web accounts: add, list, disable or enable users, set passwords, issue API tokens.\n\n"
@@ -227,7 +228,8 @@ def password(
         found = _existing(session, username)
         accounts.set_password(session, found, new)
         accounts.end_all_sessions(session, found)
-        accounts.unlock(session, found)
+        accounts.unlock(session, found, quiet=True)
+        record(session, None, "user.password_set", username)
     console.print(f"password of [bold]{username}[/] set; their sessions ended", highlight=False)
 
 
@@ -257,5 +259,5 @@ def enable(
     with open_store(db).begin() as session:
         found = _existing(session, username)
         accounts.set_disabled(session, None, found, False)
-        accounts.unlock(session, found)
+        accounts.unlock(session, found, quiet=True)
     console.print(f"enabled [bold]{username}[/]", highlight=False)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError
 from assay.store.models import Team
 from assay.store.web_models import ROLES, WebUser
-from assay.web import accounts
+from assay.web import accounts, audit
 from assay.web.routes import Area, render
 from assay.web.security import DbSession, require
 
@@ -74,7 +74,7 @@ def create_user(
 ) -> Response:
     try:
         created = accounts.create_user(
-            session, username, password, roles, accounts.find_team(session, team), display_name
+            session, username, password, roles, accounts.find_team(session, team), display_name, actor=user
         )
     except UserError as err:
         session.rollback()
@@ -134,10 +134,21 @@ def _user_page(
         target=target,
         locked=accounts.is_locked(target),
         members=accounts.linked_members(session, target),
+        events=audit.recent(session, 50, target=target.username),
+        actor_name=audit.actor_name,
         teams=list(session.scalars(select(Team).order_by(Team.name))),
         campaigns=accounts.campaign_names(session),
         roles=ROLES,
         **extra,
+    )
+
+
+@pages.get("/audit", response_class=HTMLResponse)
+def audit_page(request: Request, session: DbSession, user: Organiser) -> Response:
+    """The newest 500 changes to accounts and access, newest first."""
+    events = audit.recent(session, 500)
+    return render(
+        request, "admin_audit.html", events=events, actions=audit.ACTIONS, actor_name=audit.actor_name
     )
 
 
@@ -194,7 +205,7 @@ def enable(request: Request, session: DbSession, user: Organiser, username: str)
 def unlock(request: Request, session: DbSession, user: Organiser, username: str) -> Response:
     target = _target(session, username)
     notice = f"Unlocked '{target.username}': they can sign in now."
-    return _act(request, session, target, lambda: accounts.unlock(session, target), notice)
+    return _act(request, session, target, lambda: accounts.unlock(session, target, actor=user), notice)
 
 
 @pages.post("/users/{username}/password-reset", response_class=HTMLResponse)
@@ -226,7 +237,7 @@ def link_member(
         found = accounts.find_pool_member(session, campaign, member)
         if found is None:
             raise UserError("pick a campaign and name the pool member")
-        accounts.link_participant(session, target, found)
+        accounts.link_participant(session, target, found, actor=user)
 
     notice = f"'{target.username}' now acts as pool member '{member.strip()}' of '{campaign.strip()}'."
     return _act(request, session, target, change, notice)
@@ -239,7 +250,7 @@ def unlink_member(
     target = _target(session, username)
 
     def change() -> None:
-        if accounts.unlink_participant(session, target, participant_id) is None:
+        if accounts.unlink_participant(session, target, participant_id, actor=user) is None:
             raise UserError(f"'{target.username}' does not act as that pool member")
 
     notice = f"Unlinked the pool member from '{target.username}'."
@@ -310,6 +321,14 @@ class InvitationIn(BaseModel):
     valid_hours: float = Field(72, gt=0, le=24 * 90)
 
 
+class AuditEventOut(BaseModel):
+    at: datetime
+    actor: str = Field(description=f"the organiser's (or user's) username; '{audit.SHELL}' for `assay user`")
+    action: str = Field(description="one of: " + ", ".join(audit.ACTIONS))
+    target: str = Field(description="the account concerned, usually")
+    detail: str
+
+
 class LinkOut(BaseModel):
     url: str = Field(description="shown once: send it privately; it works once")
     expires_at: datetime
@@ -335,6 +354,26 @@ def _user_out(session: Session, target: WebUser) -> UserOut:
         created_at=_utc(target.created_at),
         pool_members=members,
     )
+
+
+@api.get(
+    "/audit",
+    response_model=list[AuditEventOut],
+    summary="The newest changes to accounts and access, newest first",
+    responses=FORBIDDEN,
+)
+def api_audit(
+    session: DbSession,
+    user: Organiser,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    target: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> list[AuditEventOut]:
+    return [
+        AuditEventOut(
+            at=_utc(e.at), actor=audit.actor_name(e), action=e.action, target=e.target, detail=e.detail
+        )
+        for e in audit.recent(session, limit, target=target)
+    ]
 
 
 @api.get("/users", response_model=list[UserOut], summary="Every account", responses=FORBIDDEN)
@@ -376,7 +415,7 @@ def api_change_user(session: DbSession, user: Organiser, username: Username, bod
 )
 def api_unlock(session: DbSession, user: Organiser, username: Username) -> UserOut:
     target = _target(session, username)
-    accounts.unlock(session, target)
+    accounts.unlock(session, target, actor=user)
     return _user_out(session, target)
 
 
@@ -405,7 +444,7 @@ def api_link(session: DbSession, user: Organiser, username: Username, body: Pool
     found = accounts.find_pool_member(session, body.campaign, body.member)
     if found is None:
         raise UserError("give the campaign and the pool member")
-    accounts.link_participant(session, target, found)
+    accounts.link_participant(session, target, found, actor=user)
     return _user_out(session, target)
 
 
@@ -422,7 +461,7 @@ def api_unlink(
     participant_id: ParticipantId,
 ) -> UserOut:
     target = _target(session, username)
-    if accounts.unlink_participant(session, target, participant_id) is None:
+    if accounts.unlink_participant(session, target, participant_id, actor=user) is None:
         raise HTTPException(404, f"'{target.username}' does not act as pool member {participant_id}")
     return _user_out(session, target)
 

@@ -2,7 +2,7 @@
 
 Revision ID: 0005_web_admin
 Revises: 0003
-Create Date: 2026-11-24 09:00:00
+Create Date: 2026-11-22 19:00:00
 """
 
 import sqlalchemy as sa

@@ -1,0 +1,51 @@
+"""The audit trail of accounts and access: every change an organiser (or the shell) makes to an account,
+every invitation and reset link issued and used, kept in ``web_audit_events`` and shown on
+``/admin/audit``. The account functions in ``accounts`` record their own events, so the pages, the API and
+``assay user`` all leave the same trail.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from assay.store.web_models import WebAuditEvent, WebUser
+
+ACTIONS = {
+    "user.create": "account created",
+    "user.roles": "roles or team changed",
+    "user.disable": "account disabled (sessions ended, API tokens revoked)",
+    "user.enable": "account enabled",
+    "user.unlock": "lockout lifted",
+    "user.password_set": "password set from the shell",
+    "user.link_member": "linked to a STAR pool member",
+    "user.unlink_member": "unlinked from a STAR pool member",
+    "password_reset.issue": "password-reset link issued",
+    "password_reset.use": "password reset through a link",
+    "invitation.issue": "invitation issued",
+    "invitation.accept": "invitation accepted",
+}
+SHELL = "shell"  # how an event without a web user (``assay user``) is shown
+
+
+def record(session: Session, actor: WebUser | None, action: str, target: str, detail: str = "") -> None:
+    """Add one event to the session's transaction: it is kept only if the change itself is committed."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown audit action {action!r}")  # a programming error, not user input
+    session.add(
+        WebAuditEvent(
+            actor_id=actor.id if actor else None, action=action, target=target, detail=detail[:1000]
+        )
+    )
+
+
+def recent(session: Session, limit: int = 200, target: str | None = None) -> list[WebAuditEvent]:
+    """The newest events first (all, or those about one ``target``)."""
+    query = select(WebAuditEvent).order_by(WebAuditEvent.id.desc()).limit(limit)
+    if target is not None:
+        query = query.where(WebAuditEvent.target == target)
+    return list(session.scalars(query))
+
+
+def actor_name(event: WebAuditEvent) -> str:
+    return event.actor.username if event.actor else SHELL
