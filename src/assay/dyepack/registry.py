@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -46,7 +46,7 @@ from assay.dyepack.verify import VerifyReport, check_release, verify
 from assay.errors import UserError
 from assay.models import GenerationParams, load_model
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
-from assay.store.models import utcnow
+from assay.store.models import as_utc, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -416,15 +416,10 @@ def list_runs(session: Session, benchmark_id: int | None = None, limit: int = 10
     return list(session.scalars(query))
 
 
-def _as_utc(moment: datetime) -> datetime:
-    """SQLite hands times back naive; every time in the store is UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def last_sign_of_life(run: DyePackRun) -> datetime:
     """The run's newest heartbeat, start or creation: a run that never beat is judged from when it began."""
     moments = [m for m in (run.heartbeat_at, run.started_at, run.created_at) if m is not None]
-    return max((_as_utc(m) for m in moments), default=utcnow())
+    return max((as_utc(m) for m in moments), default=utcnow())
 
 
 def stale_message() -> str:

@@ -8,7 +8,7 @@ than the worker's reclaim limit: its worker has most likely died, and the next w
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pydantic import BaseModel
 from sqlalchemy import func, select
@@ -16,16 +16,9 @@ from sqlalchemy.orm import Session
 
 from assay.leaderboard.rounds import split_models
 from assay.leaderboard.worker import STALE_AFTER_S
-from assay.store.models import Job, ModelResult, Round, Split, Submission, utcnow
+from assay.store.models import Job, ModelResult, Round, Split, Submission, as_utc, utcnow
 
 FINISHED = ("done", "failed", "timed-out")
-
-
-def as_utc(moment: datetime | None) -> datetime | None:
-    """Stored times are UTC; SQLite hands them back without a zone, so give them one."""
-    if moment is None:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class RoundState(BaseModel):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -31,7 +31,7 @@ from assay.models.spec import SPEC_FORMS
 from assay.star.agents import target_prompt
 from assay.star.assign import campaign_spec, release_expired_claims, submit_dialogue
 from assay.star.dialogue import check_pre_annotation
-from assay.store.models import utcnow
+from assay.store.models import as_utc, utcnow
 from assay.store.star_models import StarCampaign, StarTask
 from assay.store.star_web_models import (
     DEFAULT_BREAK_MINUTES,
@@ -46,11 +46,6 @@ from assay.store.star_web_models import (
 
 IDLE_RESET = timedelta(minutes=10)  # a pause this long counts as a break for the reminder
 BACKENDS = ("hf", "openai", "vllm", "python")
-
-
-def aware(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes for ``timezone=True`` columns; they were stored as UTC."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 # --- settings -------------------------------------------------------------------------------------------
@@ -254,7 +249,7 @@ def claim_deadline(task: StarTask, settings: CampaignSettings) -> datetime | Non
     """When an untouched claim goes back to the queue (a red-team chat in use keeps it longer)."""
     if task.status != "claimed" or task.claimed_at is None:
         return None
-    return aware(task.claimed_at) + timedelta(minutes=settings.claim_timeout_minutes)
+    return as_utc(task.claimed_at) + timedelta(minutes=settings.claim_timeout_minutes)
 
 
 def continuous_work(session: Session, participant_ids: list[int], now: datetime | None = None) -> timedelta:
@@ -274,7 +269,7 @@ def continuous_work(session: Session, participant_ids: list[int], now: datetime 
             StarDraft.participant_id.in_(participant_ids), StarDraft.updated_at >= since
         )
     ).all()
-    moments = sorted({aware(t) for row in rows for t in row if t is not None} | {aware(t) for t in drafts})
+    moments = sorted({as_utc(t) for row in rows for t in row if t is not None} | {as_utc(t) for t in drafts})
     start = previous = now
     for moment in reversed([m for m in moments if m <= now]):
         if previous - moment > IDLE_RESET:

@@ -9,6 +9,7 @@ round's split; each accepted submission gets one ``Job`` that a worker claims, r
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import overload
 
 from sqlalchemy import (
     BigInteger,
@@ -27,6 +28,18 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 def utcnow() -> datetime:
     """Timezone-aware now; every timestamp in the store is UTC."""
     return datetime.now(UTC)
+
+
+@overload
+def as_utc(moment: datetime) -> datetime: ...
+@overload
+def as_utc(moment: None) -> None: ...
+def as_utc(moment: datetime | None) -> datetime | None:
+    """A stored time with its zone: SQLite hands back naive datetimes even for ``timezone=True`` columns,
+    and every time in the store is UTC. None stays None."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
 
 
 class Base(DeclarativeBase):

@@ -17,7 +17,7 @@ import hashlib
 import os
 import re
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import cache
 
 from argon2 import PasswordHasher
@@ -26,7 +26,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.store.models import Team, utcnow
+from assay.store.models import Team, as_utc, utcnow
 from assay.store.star_models import StarCampaign, StarParticipant
 from assay.store.web_models import (
     ROLES,
@@ -60,11 +60,6 @@ class LoginFailed(UserError):
 def clock() -> datetime:
     """The time every function uses when no ``now`` is given; tests monkeypatch it to skip ahead."""
     return utcnow()
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes even for ``timezone=True`` columns; they were stored as UTC."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def sha256(token: str) -> str:
@@ -195,7 +190,7 @@ def authenticate(session: Session, username: str, password: str, now: datetime |
     if user is None or user.disabled:
         _verify(_decoy_hash(password_hasher()), password)
         raise LoginFailed()
-    if user.locked_until is not None and _aware(user.locked_until) > now:
+    if user.locked_until is not None and as_utc(user.locked_until) > now:
         raise LoginFailed()  # no verification while locked: guessing is pointless until it expires
     if not _verify(user.password_hash, password):
         user.failed_logins += 1
@@ -247,14 +242,14 @@ def session_user(
     row = session.scalar(select(WebSession).where(WebSession.token_sha256 == sha256(raw_token)))
     if row is None:
         return None
-    if _aware(row.expires_at) <= now:
+    if as_utc(row.expires_at) <= now:
         session.delete(row)
         session.flush()
         return None
     user = session.get(WebUser, row.user_id)
     if user is None or user.disabled:
         return None
-    if now - _aware(row.last_seen_at) > SEEN_EVERY:
+    if now - as_utc(row.last_seen_at) > SEEN_EVERY:
         row.last_seen_at = now
     return user, row
 
@@ -299,7 +294,7 @@ def token_user(session: Session, raw: str | None, now: datetime | None = None) -
     if user is None or user.disabled:
         return None
     now = now or clock()
-    if token.last_used_at is None or now - _aware(token.last_used_at) > SEEN_EVERY:
+    if token.last_used_at is None or now - as_utc(token.last_used_at) > SEEN_EVERY:
         token.last_used_at = now
     return user
 
@@ -364,7 +359,7 @@ def open_invitation(session: Session, raw: str, now: datetime | None = None) -> 
         raise UserError("this invitation link is not valid")
     if invitation.used_at is not None:
         raise UserError("this invitation has already been used")
-    if _aware(invitation.expires_at) <= now:
+    if as_utc(invitation.expires_at) <= now:
         raise UserError("this invitation has expired: ask the organiser for a new one")
     if session.get_one(WebUser, invitation.created_by).disabled:  # whoever was disabled, their links die too
         raise UserError("this invitation is no longer valid: ask an organiser for a new one")
@@ -516,7 +511,7 @@ def find_pool_member(session: Session, campaign: str, member: str) -> StarPartic
 
 def is_locked(user: WebUser, now: datetime | None = None) -> bool:
     """True while failed sign-ins keep the account locked; the lock lifts by itself after ``LOCKOUT``."""
-    return user.locked_until is not None and _aware(user.locked_until) > (now or clock())
+    return user.locked_until is not None and as_utc(user.locked_until) > (now or clock())
 
 
 def end_all_sessions(session: Session, user: WebUser) -> None:
@@ -602,7 +597,7 @@ def open_password_reset(session: Session, raw: str, now: datetime | None = None)
         raise UserError("this password-reset link is not valid")
     if reset.used_at is not None:
         raise UserError("this password-reset link has already been used: ask an organiser for a new one")
-    if _aware(reset.expires_at) <= now:
+    if as_utc(reset.expires_at) <= now:
         raise UserError("this password-reset link has expired: ask an organiser for a new one")
     if session.get_one(WebUser, reset.user_id).disabled:
         raise UserError("this account is disabled: ask an organiser")

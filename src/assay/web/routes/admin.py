@@ -13,7 +13,7 @@ Nobody can lock the platform out: an organiser cannot disable themself or drop t
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.store.models import Team
+from assay.store.models import Team, as_utc
 from assay.store.web_models import ROLES, WebUser
 from assay.web import accounts, audit
 from assay.web.routes import Area, render
@@ -334,11 +334,6 @@ class LinkOut(BaseModel):
     expires_at: datetime
 
 
-def _utc(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes; they were stored as UTC."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
-
-
 def _user_out(session: Session, target: WebUser) -> UserOut:
     members = [
         PoolMemberOut(participant_id=p.id, campaign=campaign, member=p.external_id, name=p.name)
@@ -350,8 +345,8 @@ def _user_out(session: Session, target: WebUser) -> UserOut:
         roles=list(target.roles),
         team=target.team.name if target.team else None,
         disabled=target.disabled,
-        locked_until=_utc(locked) if (locked := target.locked_until) and accounts.is_locked(target) else None,
-        created_at=_utc(target.created_at),
+        locked_until=as_utc(target.locked_until) if accounts.is_locked(target) else None,
+        created_at=as_utc(target.created_at),
         pool_members=members,
     )
 
@@ -370,7 +365,7 @@ def api_audit(
 ) -> list[AuditEventOut]:
     return [
         AuditEventOut(
-            at=_utc(e.at), actor=audit.actor_name(e), action=e.action, target=e.target, detail=e.detail
+            at=as_utc(e.at), actor=audit.actor_name(e), action=e.action, target=e.target, detail=e.detail
         )
         for e in audit.recent(session, limit, target=target)
     ]
@@ -430,7 +425,7 @@ def api_password_reset(request: Request, session: DbSession, user: Organiser, us
     target = _target(session, username)
     raw = accounts.create_password_reset(session, user, target)
     expires = accounts.open_password_reset(session, raw).expires_at
-    return LinkOut(url=str(request.url_for("reset_page", token=raw)), expires_at=_utc(expires))
+    return LinkOut(url=str(request.url_for("reset_page", token=raw)), expires_at=as_utc(expires))
 
 
 @api.post(
@@ -483,7 +478,7 @@ def api_invitation(request: Request, session: DbSession, user: Organiser, body: 
         body.valid_hours,
     )
     expires = accounts.open_invitation(session, raw).expires_at
-    return LinkOut(url=str(request.url_for("invite_page", token=raw)), expires_at=_utc(expires))
+    return LinkOut(url=str(request.url_for("invite_page", token=raw)), expires_at=as_utc(expires))
 
 
 router = APIRouter()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Path, Query, Request, UploadFile
@@ -28,6 +28,7 @@ from assay.dyepack import registry
 from assay.errors import UserError
 from assay.models import GenerationParams
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
+from assay.store.models import as_utc
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
 from assay.web.routes import Area, redirect, render
@@ -330,12 +331,7 @@ def run_page(request: Request, session: DbSession, user: Viewer, run_id: Id) -> 
 # ---------------------------------------------------------------- JSON API
 
 
-def _utc(moment: datetime) -> datetime:
-    """SQLite hands times back naive; every time in the store is UTC, and the API says so (RFC 3339)."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
-
-
-UtcTime = Annotated[datetime, AfterValidator(_utc)]
+UtcTime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class Problem(BaseModel):

@@ -40,8 +40,8 @@ from assay.leaderboard import publish, submissions
 from assay.leaderboard.publish import Standing
 from assay.leaderboard.rounds import get_split
 from assay.leaderboard.scoring import read_truth
-from assay.leaderboard.status import JobProgress, QueueStatus, as_utc, job_progress, queue_status
-from assay.store.models import SPLIT_NAMES, Job, Round, Submission, Team, utcnow
+from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status
+from assay.store.models import SPLIT_NAMES, Job, Round, Submission, Team, as_utc, utcnow
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
 from assay.web.routes import Area, redirect, render

@@ -42,6 +42,7 @@ from assay.star.assign import (
 )
 from assay.star.dialogue import mention_labels
 from assay.star.progress import CampaignProgress, campaign_progress
+from assay.store.models import as_utc
 from assay.store.star_models import StarAnnotation, StarCampaign, StarDialogue, StarParticipant, StarTask
 from assay.store.star_web_models import StarDraft
 from assay.store.web_models import WebUser
@@ -684,9 +685,9 @@ def _task_out(session: Session, task: StarTask) -> TaskOut:
         status=task.status,
         rule_id=task.rule_id,
         group_label=task.group_label,
-        claimed_at=live.aware(task.claimed_at).isoformat() if task.claimed_at else None,
+        claimed_at=as_utc(task.claimed_at).isoformat() if task.claimed_at else None,
         release_at=deadline.isoformat() if deadline else None,
-        done_at=live.aware(task.done_at).isoformat() if task.done_at else None,
+        done_at=as_utc(task.done_at).isoformat() if task.done_at else None,
         url=f"/star/tasks/{task.id}",
     )
 
