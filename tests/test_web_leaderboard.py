@@ -30,6 +30,7 @@ from assay.store.models import utcnow
 from assay.web import accounts
 from assay.web.app import create_app
 from assay.web.routes import leaderboard as lb_routes
+from assay.web.uploads import bounded_receive
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONSTANT = PROJECT / "detectors" / "constant"
@@ -406,9 +407,8 @@ def test_a_declared_oversize_body_is_refused_before_a_byte_is_read() -> None:
     async def receive() -> dict:
         raise AssertionError("the body was read")
 
-    receive_bounded = lb_routes._bounded(
-        receive, str(lb_routes.MAX_UPLOAD_BYTES + lb_routes.FORM_OVERHEAD + 1)
-    )
+    limit = lb_routes.MAX_UPLOAD_BYTES + lb_routes.FORM_OVERHEAD
+    receive_bounded = bounded_receive(receive, str(limit + 1), limit, lb_routes.UploadTooLarge)
     with pytest.raises(lb_routes.UploadTooLarge):
         asyncio.run(receive_bounded())
 

@@ -20,6 +20,8 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from starlette.types import Message, Receive
 
+FORM_OVERHEAD = 64 * 2**10  # multipart headers and the small form fields around an upload's files
+
 
 class TooLarge(HTTPException):
     """413: the request body, or one file in it, is over its limit; ``detail`` says which and what to do."""

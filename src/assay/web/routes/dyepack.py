@@ -33,9 +33,8 @@ from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
 from assay.web.routes import Area, redirect, render
 from assay.web.security import DbSession, require
-from assay.web.uploads import TooLarge, bounded_route
+from assay.web.uploads import FORM_OVERHEAD, TooLarge, bounded_route
 
-FORM_OVERHEAD = 64 * 2**10  # multipart headers and the small fields around a run's two files
 MAX_FORM_BYTES = 2**20  # any other DyePack request: a commitment (10,000 characters) and a few short fields
 
 

@@ -32,7 +32,6 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
-from starlette.types import Receive
 
 from assay.config import settings
 from assay.errors import UserError
@@ -46,10 +45,9 @@ from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
 from assay.web.routes import Area, redirect, render
 from assay.web.security import CurrentUser, DbSession, require
-from assay.web.uploads import TooLarge, bounded_receive, bounded_route
+from assay.web.uploads import FORM_OVERHEAD, TooLarge, bounded_route
 
 MAX_UPLOAD_BYTES = 200 * 2**20  # the archive; read at request time, so tests can lower it
-FORM_OVERHEAD = 64 * 2**10  # multipart headers and the other form fields around the archive
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 MAX_ID = 2**31 - 1  # ids are 32-bit on PostgreSQL; a larger one is a 422, never a database error
 
@@ -82,11 +80,6 @@ class UploadTooLarge(TooLarge):
 def _body_limit() -> int:
     """The archive and the form around it; read per request, so tests can lower the constants."""
     return MAX_UPLOAD_BYTES + FORM_OVERHEAD
-
-
-def _bounded(receive: Receive, declared: str) -> Receive:
-    """``receive`` raising ``UploadTooLarge`` once the body passes the limit, or at once if declared so."""
-    return bounded_receive(receive, declared, _body_limit(), UploadTooLarge)
 
 
 BoundedBody = bounded_route(_body_limit, UploadTooLarge)
