@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from assay import __version__
 from assay.errors import UserError
 from assay.store.engine import open_store
+from assay.web.report_builds import ReportBuilds
 from assay.web.routes import load_routers, page_context, render
 from assay.web.security import (
     CurrentUser,
@@ -97,6 +98,7 @@ def create_app(database_url: str | None = None, *, secure_cookies: bool = False)
     app.state.secure_cookies = secure_cookies
     app.state.templates = make_templates()
     app.state.areas = []
+    app.state.report_builds = ReportBuilds()  # STAR analysis reports built in the background
     app.add_middleware(SecurityHeaders)
     _add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -81,12 +81,5 @@ class ReportBuilds:
 
 
 def report_builds(request: Request) -> ReportBuilds:
-    """The application's build tracker, made on first use (``app.state`` is per application)."""
-    state = request.app.state
-    with _made_lock:
-        if getattr(state, "report_builds", None) is None:
-            state.report_builds = ReportBuilds()
-        return state.report_builds  # type: ignore[no-any-return]
-
-
-_made_lock = threading.Lock()
+    """The application's build tracker (``create_app`` makes one per application)."""
+    return request.app.state.report_builds  # type: ignore[no-any-return]
