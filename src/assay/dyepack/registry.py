@@ -13,7 +13,7 @@ Messages that might quote the key (a model's error, a release row) go through ``
 a run cannot outlive the process that holds its key; ``fail_interrupted_runs`` marks such runs failed.
 
 How a stopped holder is noticed. The holding process stamps ``heartbeat_at`` on each of its queued and
-running runs: every ``HEARTBEAT_SECONDS`` from a ``Heartbeat`` thread (so a slow model or a long wait in the
+running runs: every ``HEARTBEAT_SECONDS`` from a ``heartbeat`` thread (so a slow model or a long wait in the
 queue still counts as alive), and with each throttled progress write. ``interruption`` judges a run: the
 holder's ``host:pid`` answers at once when it is this process or another on this host; otherwise, on any
 host, a run silent for ``STALE_AFTER`` (heartbeat, else start, else creation) is taken as orphaned. Servers
@@ -27,7 +27,6 @@ import os
 import re
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -36,7 +35,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.data import Benchmark, read_benchmark
@@ -46,6 +44,7 @@ from assay.dyepack.verify import VerifyReport, check_release, verify
 from assay.errors import UserError
 from assay.models import GenerationParams, load_model
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
+from assay.store.heartbeat import Heartbeat
 from assay.store.models import as_utc, utcnow
 
 logger = logging.getLogger(__name__)
@@ -353,33 +352,12 @@ def beat(sessions: sessionmaker[Session], run_id: int) -> None:
         )
 
 
-class Heartbeat:
-    """A daemon thread that calls ``beat`` every ``every`` seconds until ``stop``.
-
-    Started when a run is queued and stopped when its thread ends, so a run waiting behind others or held
-    up by a slow model still shows that its holder is alive; the progress callback alone would fall silent.
-    """
-
-    def __init__(self, sessions: sessionmaker[Session], run_id: int, every: float | None = None) -> None:
-        self._stop = threading.Event()
-        period = HEARTBEAT_SECONDS if every is None else every
-        self._thread = threading.Thread(
-            target=self._loop, args=(sessions, run_id, period), daemon=True, name=f"dyepack-beat-{run_id}"
-        )
-
-    def _loop(self, sessions: sessionmaker[Session], run_id: int, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                beat(sessions, run_id)
-            except SQLAlchemyError as err:  # a locked SQLite file, a database restart: beat again later
-                logger.warning("dyepack run %s: heartbeat not written (%s)", run_id, type(err).__name__)
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
+def heartbeat(sessions: sessionmaker[Session], run_id: int, every: float | None = None) -> Heartbeat:
+    """A started heartbeat for ``run_id`` (every ``HEARTBEAT_SECONDS``), from the moment the run is queued to
+    when its thread ends: a run waiting behind others or held up by a slow model still shows its holder is
+    alive, where the progress callback alone would fall silent."""
+    period = HEARTBEAT_SECONDS if every is None else every
+    return Heartbeat(lambda: beat(sessions, run_id), period, f"dyepack-beat-{run_id}").start()
 
 
 def execute_run(sessions: sessionmaker[Session], run_id: int, job: VerificationJob) -> None:

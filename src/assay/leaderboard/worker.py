@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -21,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.leaderboard.harness import run_models, score_job
 from assay.runner import Executor
+from assay.store.heartbeat import Heartbeat
 from assay.store.models import Job, Submission, utcnow
 
 HEARTBEAT_S = 5.0
@@ -79,34 +79,12 @@ def claim_job(
     return None
 
 
-class Heartbeat:
-    """Touch the job's heartbeat every ``every`` seconds from a daemon thread while the job runs."""
-
-    def __init__(self, sessions: sessionmaker[Session], job_id: int, worker: str, every: float = HEARTBEAT_S):
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, args=(sessions, job_id, worker, every), daemon=True
+def _stamp(sessions: sessionmaker[Session], job_id: int, worker: str) -> None:
+    """Touch the job's heartbeat while this worker still holds it."""
+    with sessions.begin() as session:
+        session.execute(
+            update(Job).where(Job.id == job_id, Job.worker == worker).values(heartbeat_at=utcnow())
         )
-
-    def _beat(self, sessions: sessionmaker[Session], job_id: int, worker: str, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                with sessions.begin() as session:
-                    session.execute(
-                        update(Job)
-                        .where(Job.id == job_id, Job.worker == worker)
-                        .values(heartbeat_at=utcnow())
-                    )
-            except OperationalError:
-                continue
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _finish(sessions: sessionmaker[Session], job_id: int, status: str, note: str = "") -> None:
@@ -126,7 +104,7 @@ def run_job(
     on_model: Callable[[str], None] | None = None,
 ) -> str:
     """Run and score a claimed job; returns its final status."""
-    with Heartbeat(sessions, job_id, worker):
+    with Heartbeat(lambda: _stamp(sessions, job_id, worker), HEARTBEAT_S, f"assay-job-{job_id}"):
         try:
             finished = run_models(sessions, job_id, executor, on_model=on_model)
             score_job(sessions, job_id)

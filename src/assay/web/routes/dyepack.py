@@ -4,7 +4,7 @@ Viewers and organisers read; only organisers register and run (a run loads the m
 on the server). Keys never leave the request that uploads them except into the run's background thread:
 see ``assay.dyepack.registry`` for the rule and for what is shown (nothing that reveals a trigger, a target
 or a backdoor row, to anyone). Verifications run on a small thread pool, never on the event loop; each run
-this process holds beats a heartbeat (``registry.Heartbeat``) so servers on other hosts can fail it if we die.
+this process holds beats a heartbeat (``registry.heartbeat``) so servers on other hosts can fail it if we die.
 
 Request bodies are bounded while they arrive (``assay.web.uploads``): a run's form at
 ``registry.MAX_RELEASE_BYTES + registry.MAX_KEY_BYTES + FORM_OVERHEAD``, everything else (registration,
@@ -28,6 +28,7 @@ from assay.dyepack import registry
 from assay.errors import UserError
 from assay.models import GenerationParams
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
+from assay.store.heartbeat import Heartbeat
 from assay.store.models import as_utc
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
@@ -147,7 +148,7 @@ def _number(text: str, field_name: str, low: float, high: float, integer: bool =
 
 
 def _execute(
-    sessions: sessionmaker[Session], run_id: int, job: registry.VerificationJob, heart: registry.Heartbeat
+    sessions: sessionmaker[Session], run_id: int, job: registry.VerificationJob, heart: Heartbeat
 ) -> None:
     """The pool's task: one run; afterwards this process no longer holds its key, nor beats for it."""
     try:
@@ -174,7 +175,7 @@ def _start(
         _active.discard(run.id)
         raise
     sessions = request.app.state.sessions
-    heart = registry.Heartbeat(sessions, run.id).start()  # from the queue on: a wait is not a death
+    heart = registry.heartbeat(sessions, run.id)  # from the queue on: a wait is not a death
     try:
         _executor.submit(_execute, sessions, run.id, job, heart)
     except BaseException:  # the pool is shutting down: the run is left to be reaped as interrupted
