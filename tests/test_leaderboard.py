@@ -152,10 +152,10 @@ def test_rejections_duplicates_and_the_window(board, tmp_path: Path) -> None:
     constant = PROJECT / "detectors" / "constant"
     first = _submit(sessions, artifacts, "alpha", constant)
     assert first.status == "queued"
-    # the same artifact as an archive, from another team: not run again
+    # the same artifact as an archive, from another team: run for that team, linked for the organiser
     archive = shutil.make_archive(str(tmp_path / "constant"), "gztar", constant.parent, constant.name)
     again = _submit(sessions, artifacts, "beta", Path(archive))
-    assert again.status == "duplicate" and again.duplicate_of_id == first.id
+    assert again.status == "queued" and again.duplicate_of_id == first.id
     # an unbounded schema is rejected, says why, and does not use up the window
     bad = fake_detector(tmp_path / "bad", "pass")
     schema = json.loads((bad / "metaparameters_schema.json").read_text())
@@ -171,10 +171,14 @@ def test_rejections_duplicates_and_the_window(board, tmp_path: Path) -> None:
     assert refused.status == "rejected" and "window" in refused.validation_errors
     later = _submit(sessions, artifacts, "alpha", other, now=utcnow() + timedelta(hours=2))
     assert later.status == "queued"
+    # the same artifact from the same team on the same split: a duplicate, not run again
+    twice = _submit(sessions, artifacts, "alpha", constant, now=utcnow() + timedelta(hours=4))
+    assert twice.status == "duplicate" and twice.duplicate_of_id == first.id
     # train and smoke have no window
     assert _submit(sessions, artifacts, "alpha", constant, split="smoke").status == "queued"
     with sessions() as session:
-        assert session.scalar(select(Job).where(Job.submission_id == again.id)) is None
+        assert session.scalar(select(Job).where(Job.submission_id == twice.id)) is None
+        assert session.scalar(select(Job).where(Job.submission_id == again.id)) is not None
 
 
 @pytest.mark.parametrize(

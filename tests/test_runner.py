@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 import threading
@@ -38,14 +39,18 @@ SMALL = Limits(wall_seconds=30, memory_bytes=2 * 2**30)
 
 
 def detector(tmp_path: Path, source: str, name: str = "detector.py") -> Path:
-    path = tmp_path / name
+    """The script in a folder of its own, which ``python_task`` stages: nothing else of the host is seen."""
+    folder = tmp_path / f"program-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    path = folder / name
     path.write_text(textwrap.dedent(source))
     return path
 
 
 def python_task(script: Path, *args: str, key: str = "t", **fields) -> Task:
     fields.setdefault("limits", SMALL)
-    return Task(key=key, argv=[sys.executable, str(script), *args], **fields)
+    fields["stage"] = {"program": script.parent, **fields.get("stage", {})}
+    return Task(key=key, argv=[sys.executable, f"{{input}}/program/{script.name}", *args], **fields)
 
 
 def processes_with(token: str) -> list[int]:
@@ -126,20 +131,19 @@ def test_hidden_paths_stay_hidden_even_from_root(tmp_path: Path) -> None:
     task = python_task(
         script,
         *(str(round_dir / "ground_truth.csv"), str(answers), str(outside), "{output}", "{input}"),
-        stage={"model": model},  # staged from inside the hidden round folder
-        hide=[round_dir, answers],
+        stage={"model": model},  # staged from inside the round folder, which itself is not there
     )
     result = run_task(task)
     assert result.exit_code == 0, result.stderr
     report = eval(result.outputs["result.txt"])  # our own detector's repr of a dict
-    assert report["ground_truth"] == "FileNotFoundError"  # tmpfs over the round folder
-    assert report["answers"] in (repr(""), "PermissionError")  # /dev/null, bound without device access
-    assert report["umount"] == -1  # no capabilities, so the tmpfs cannot be removed
+    assert report["ground_truth"] == "FileNotFoundError"  # never bound into the empty root
+    assert report["answers"] == "FileNotFoundError"
+    assert report["umount"] == -1  # no capabilities, so no mount can be removed
     assert report["after_umount"] == "FileNotFoundError"
     assert report["model"] == repr("weights")  # the staged entry is visible
-    assert report["write_outside"] == "OSError"  # read-only root
+    assert report["write_outside"] in ("FileNotFoundError", "OSError")  # not there, and the root is read-only
     assert not outside.exists()
-    assert "read-only root" in result.isolation and "no network" in result.isolation
+    assert "empty read-only root" in result.isolation and "no network" in result.isolation
 
 
 def test_environment_is_built_from_scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,16 +170,18 @@ def test_concurrent_tasks_cannot_see_each_other(tmp_path: Path) -> None:
         tmp_path,
         """
         import os, sys, time
-        base = os.path.dirname(os.path.dirname(sys.argv[1]))
-        time.sleep(0.3)  # both tasks' folders exist on the host now
-        open(sys.argv[1] + "/result.txt", "w").write(",".join(sorted(os.listdir(base))))
+        output, scratch, key = sys.argv[1:4]
+        open(f"{scratch}/marker-{key}", "w").write(key)
+        time.sleep(0.5)  # both tasks are running now
+        found = [name for root, dirs, files in os.walk("/") if not root.startswith(("/proc", "/usr"))
+                 for name in files if name.startswith("marker-")]
+        open(output + "/result.txt", "w").write(",".join(sorted(found)))
         """,
     )
-    tasks = [python_task(script, "{output}", key=f"m{i}") for i in range(2)]
+    tasks = [python_task(script, "{output}", "{scratch}", f"m{i}", key=f"m{i}") for i in range(2)]
     results = LocalExecutor(2).map(tasks, on_result=None)
     for result in results:
-        seen = result.outputs["result.txt"].decode().split(",")
-        assert len(seen) == 1 and seen[0].startswith(result.key + "-")
+        assert result.outputs["result.txt"].decode() == f"marker-{result.key}", result.stderr
 
 
 @pytest.mark.parametrize("level", levels_available())
@@ -362,7 +368,6 @@ def test_constant_detector_runs_inside_the_sandbox(tmp_path: Path) -> None:
         stage={"model": model},
         limits=Limits(wall_seconds=60),
         readonly=[CONSTANT],
-        hide=[tmp_path / "round"],
     )
     result = run_task(task)
     assert result.exit_code == 0, result.stderr
@@ -446,3 +451,103 @@ def test_ray_executor_matches_local(tmp_path: Path) -> None:
         )
 
     assert [same(r) for r in remote] == [same(r) for r in local]
+
+
+def test_a_shared_deadline_stops_a_run_and_skips_a_late_start(tmp_path: Path) -> None:
+    script = detector(tmp_path, "import time\ntime.sleep(3600)\n")
+    start = time.monotonic()
+    cut = run_task(python_task(script, deadline=time.time() + 1.5, limits=Limits(wall_seconds=60)))
+    assert cut.timed_out and cut.deadline_reached and cut.exit_code is not None
+    assert time.monotonic() - start < 6  # the per-model limit was 60 s: the shared deadline came first
+    late = run_task(python_task(script, deadline=time.time() - 1))
+    assert late.deadline_reached and late.exit_code is None and "not started" in late.stderr
+    own = run_task(python_task(script, deadline=time.time() + 60, limits=Limits(wall_seconds=1)))
+    assert own.timed_out and not own.deadline_reached  # its own limit, not the job's
+
+
+def test_sealed_tasks_refuse_weaker_isolation(tmp_path: Path) -> None:
+    script = detector(tmp_path, "print('ran')\n")
+    with pytest.raises(UserError, match="needs bwrap isolation"):
+        run_task(python_task(script, require_isolation=True), isolation="none")
+    if LEVEL == "bwrap":
+        assert run_task(python_task(script, require_isolation=True)).stdout == "ran\n"
+
+
+SPACE_FILLER = """
+import os, sys
+output, target = sys.argv[1:3]
+written = 0
+try:
+    with open(target, "wb") as handle:
+        for _ in range(4096):
+            handle.write(b"x" * 2**20)
+            handle.flush()
+            written += 2**20
+except OSError as err:
+    print(type(err).__name__, err.errno)
+os.remove(target)  # room for the answer again
+open(output + "/result.txt", "w").write(str(written))
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("target", ["{scratch}/fill", "/tmp/fill", "/dev/shm/fill", "{output}/fill"])
+def test_private_space_is_bounded(tmp_path: Path, target: str) -> None:
+    script = detector(tmp_path, SPACE_FILLER)
+    limits = Limits(wall_seconds=60, scratch_bytes=32 * 2**20)
+    result = run_task(python_task(script, "{output}", target, limits=limits))
+    assert "OSError 28" in result.stdout, result.stderr  # ENOSPC
+    assert int(result.outputs["result.txt"]) <= 32 * 2**20
+    assert "32 MiB private scratch" in result.isolation
+
+
+FORK_BOMB = """
+import os, sys, time
+token, output = sys.argv[1:3]
+children = 0
+try:
+    for _ in range(200):
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(3600)
+            os._exit(0)
+        children += 1
+except OSError as err:
+    print("fork failed:", type(err).__name__)
+open(output + "/result.txt", "w").write(str(children))
+"""
+
+
+@pytest.mark.skipif(not Path("/sys/fs/cgroup/pids/cgroup.procs").exists(), reason="no pids cgroup here")
+@pytest.mark.parametrize("level", levels_available())
+def test_process_count_is_bounded_and_every_process_dies(tmp_path: Path, level: str) -> None:
+    token = f"assay-bomb-{uuid.uuid4().hex}"
+    script = detector(tmp_path, FORK_BOMB)
+    limits = Limits(wall_seconds=60, max_processes=32)
+    result = run_task(python_task(script, token, "{output}", limits=limits), isolation=level)
+    assert "fork failed" in result.stdout, result.stderr
+    assert int(result.outputs["result.txt"]) < 32
+    assert "at most 32 processes" in result.isolation
+    assert processes_with(token) == []  # the cgroup is emptied even where no pid namespace is
+
+
+def test_folders_of_dead_workers_are_swept(tmp_path: Path) -> None:
+    from assay.runner.workspace import OWNER_FILE, _start_time
+
+    work = tmp_path / "work"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, foreign, live = work / "stale-1", work / "other-host-1", work / "live-1"
+    for folder, owner in (
+        (stale, f"{socket.gethostname()} {dead.pid} 1"),
+        (foreign, f"another-host {os.getpid()} 1"),
+        (
+            live,
+            f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}",
+        ),
+    ):
+        (folder / "scratch").mkdir(parents=True)
+        (folder / OWNER_FILE).write_text(owner)
+    script = detector(tmp_path, "print('ok')\n")
+    assert run_task(python_task(script), workdir=work).stdout == "ok\n"
+    assert sorted(p.name for p in work.iterdir()) == ["live-1", "other-host-1"]

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -20,7 +21,7 @@ from sqlalchemy import func, select
 from assay.config import settings
 from assay.errors import UserError
 from assay.fileio import atomic_path
-from assay.leaderboard import publish, rounds, submissions
+from assay.leaderboard import publish, rounds, storage, submissions
 from assay.leaderboard.scoring import Metrics, ScoreReport, score_files
 from assay.leaderboard.worker import work as work_loop
 from assay.runner import make_executor
@@ -139,10 +140,26 @@ def round_create(
     per_model_timeout: float = typer.Option(600.0, "--per-model-timeout", min=1, help="Seconds per model."),
     total_timeout: float = typer.Option(86_400.0, "--total-timeout", min=1, help="Seconds per job."),
     memory_gb: float = typer.Option(4.0, "--memory-gb", min=0.1, help="Memory limit per model run."),
+    quota_gb: float = typer.Option(
+        2.0, "--quota-gb", min=0.001, help="Unpacked artifact bytes each team may keep in the round."
+    ),
+    quota_artifacts: int = typer.Option(
+        50, "--quota-artifacts", min=1, help="Distinct artifacts each team may keep in the round."
+    ),
+    keep_practice: int = typer.Option(
+        2, "--keep-practice", min=0, help="Latest train/smoke artifacts kept per team; older ones are freed."
+    ),
+    scratch_gb: float = typer.Option(1.0, "--scratch-gb", min=0.001, help="Scratch space per model run."),
+    max_processes: int = typer.Option(256, "--max-processes", min=1, help="Processes per model run."),
+    allow_unisolated: bool = typer.Option(
+        False,
+        "--allow-unisolated",
+        help="Run test/holdout jobs even where no bubblewrap isolation is available; logged on every job.",
+    ),
 ) -> None:
     """Register a draft round over a split round folder.
 
-    Example: assay leaderboard round create r1 --dataset round0/splits --window-hours 24
+    Example: assay leaderboard round create r1 --dataset round0/splits --window-hours 24 --quota-gb 1
     """
     with _sessions().begin() as session:
         created = rounds.create_round(
@@ -153,6 +170,12 @@ def round_create(
             per_model_timeout_s=per_model_timeout,
             total_timeout_s=total_timeout,
             memory_bytes=round(memory_gb * 2**30),
+            quota_bytes=round(quota_gb * 2**30),
+            quota_artifacts=quota_artifacts,
+            keep_practice=keep_practice,
+            scratch_bytes=round(scratch_gb * 2**30),
+            max_processes=max_processes,
+            allow_unisolated=allow_unisolated,
         )
         splits = ", ".join(f"{s.name} ({len(rounds.split_models(s))})" for s in created.splits)
     console.print(f"round {name} created (draft); splits: {splits}", highlight=False)
@@ -261,9 +284,37 @@ def submit(
         for line in record["errors"]:
             console.print(f"  {line}", highlight=False, markup=False)
     else:
-        console.print(f"submission {record['submission']}: {record['status']}", highlight=False)
+        same = f" (the same files as submission {record['duplicate_of']})" if record["duplicate_of"] else ""
+        console.print(f"submission {record['submission']}: {record['status']}{same}", highlight=False)
     if record["status"] == "rejected":
         raise typer.Exit(2)
+
+
+@app.command()
+def gc(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would go; change and delete nothing."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Free disk: release train/smoke artifacts beyond each round's --keep-practice, then delete artifact
+    folders no submission holds and temp folders a crashed submit left over an hour ago.
+
+    A folder still held by any team's test or holdout submission, or by a queued or running job, stays.
+
+    Example: assay leaderboard gc --dry-run
+    """
+    with _sessions().begin() as session:
+        report = storage.collect_garbage(session, settings().home / "artifacts", dry_run=dry_run)
+    if json_out:
+        console.print_json(json.dumps(asdict(report)))
+        return
+    verb, released = ("would remove", "would be released") if dry_run else ("removed", "released")
+    for name in report.removed:
+        console.print(f"{verb} {name}", highlight=False)
+    console.print(
+        f"{len(report.released)} practice submission(s) {released}; {verb} {len(report.removed)} "
+        f"folder(s), {report.bytes_freed / 2**20:.1f} MiB",
+        highlight=False,
+    )
 
 
 @app.command()

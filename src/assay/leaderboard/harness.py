@@ -1,10 +1,14 @@
 """Run one job: a submitted detector on every model of a split, each in its own sandbox, then score it.
 
-Per model the runner stages only that model's ``model.pt``, ``reduced-config.json`` and clean examples, plus
-the detector itself; the round folder (all ground truth), the store and ``ASSAY_HOME`` are hidden. Models run
-in an order shuffled by the job id. Each result is committed as it arrives, so a job interrupted at any
-moment resumes with the models still missing. Output that is missing, unparseable, NaN or outside [0, 1]
-scores as 0.5 and carries NIST's flag.
+Per model the sandbox is built from nothing but an allow-list (``assay.runner``): that model's ``model.pt``,
+``reduced-config.json`` and clean examples, the detector itself, the round's public training split, and the
+runtime. The round folder (all ground truth), the store, ``ASSAY_HOME``, other rounds and the rest of the
+host do not exist inside. Test and holdout jobs refuse to run where bwrap is missing, unless the round
+allows it (logged on the job). The total time limit is one deadline from the job's first claim, enforced
+inside every model run. Models run in an order shuffled by the job id. Each result is committed as it
+arrives, so a job interrupted at any moment resumes with the models still missing. Output that is missing,
+unparseable, NaN or outside [0, 1] scores as 0.5 and carries NIST's flag; a run stopped for memory carries
+``:Memory:``.
 """
 
 from __future__ import annotations
@@ -15,18 +19,20 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from assay.config import settings
 from assay.leaderboard.rounds import split_models
 from assay.leaderboard.scoring import read_metadata, read_truth, score
-from assay.runner import Executor, Limits, Task, TaskResult
-from assay.store.models import Job, MetricResult, ModelResult, utcnow
+from assay.runner import Executor, Limits, Task, TaskResult, isolation_available
+from assay.store.models import Job, MetricResult, ModelResult, as_utc, utcnow
 
 PARSE_FLAG = ":Result Parse:"
 MISSING_FLAG = ":Missing Results:"
 TIMEOUT_FLAG = ":Timeout:"
+MEMORY_FLAG = ":Memory:"
+SEALED_SPLITS = ("test", "holdout")  # their ground truth is the organiser's: never run them unisolated
 DEFAULT_VALUE = 0.5
 LOG_LIMIT = 64 * 1024
 
@@ -35,6 +41,8 @@ def parse_result(result: TaskResult) -> tuple[float, str, str | None]:
     """The value scored, NIST's flag ("" when fine), and the raw output text."""
     if result.timed_out:
         return DEFAULT_VALUE, TIMEOUT_FLAG, None
+    if result.killed_for_memory:
+        return DEFAULT_VALUE, MEMORY_FLAG, None
     raw = result.outputs.get("result.txt")
     if raw is None:
         return DEFAULT_VALUE, MISSING_FLAG, None
@@ -48,16 +56,17 @@ def parse_result(result: TaskResult) -> tuple[float, str, str | None]:
     return value, "", text
 
 
-def detector_task(artifact: Path, model_dir: Path, limits: Limits, hide: list[Path]) -> Task:
-    """The sandboxed TrojAI ``infer`` call for one model."""
+def detector_task(
+    artifact: Path, model_dir: Path, limits: Limits, training: Path | None = None, **fields: Any
+) -> Task:
+    """The sandboxed TrojAI ``infer`` call for one model; ``fields`` go to ``Task`` (deadline, isolation)."""
     argv = [
         sys.executable,
         "{input}/detector/entrypoint.py",
         "infer",
         *("--model_filepath", "{input}/model.pt", "--result_filepath", "{output}/result.txt"),
         *("--scratch_dirpath", "{scratch}", "--examples_dirpath", "{input}/clean-example-data"),
-        # Detectors learn from the training round in configure mode, run by the team; none is given here.
-        *("--round_training_dataset_dirpath", "{scratch}"),
+        *("--round_training_dataset_dirpath", "{input}/round-training-dataset" if training else "{scratch}"),
         *("--metaparameters_filepath", "{input}/detector/metaparameters.json"),
         *("--schema_filepath", "{input}/detector/metaparameters_schema.json"),
         *("--learned_parameters_dirpath", "{input}/detector/learned_parameters"),
@@ -68,8 +77,10 @@ def detector_task(artifact: Path, model_dir: Path, limits: Limits, hide: list[Pa
         "reduced-config.json": model_dir / "reduced-config.json",
         "clean-example-data": model_dir / "clean-example-data",
     }
+    if training is not None:
+        stage["round-training-dataset"] = training
     env = {"ASSAY_MODEL_NAME": model_dir.name}  # TrojAI paths name the model; staged paths do not
-    return Task(key=model_dir.name, argv=argv, stage=stage, limits=limits, env=env, hide=hide)
+    return Task(key=model_dir.name, argv=argv, stage=stage, limits=limits, env=env, **fields)
 
 
 def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
@@ -79,20 +90,37 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
             raise ValueError(f"no job {job_id}")
         split = job.submission.split
         round_ = split.round
+        training = Path(round_.dataset) / "train"
+        limits = Limits(
+            wall_seconds=round_.per_model_timeout_s,
+            memory_bytes=round_.memory_bytes,
+            scratch_bytes=round_.scratch_bytes,
+            max_processes=round_.max_processes,
+        )
         return {
             "artifact": Path(job.submission.artifact_path),
             "models_path": Path(split.models_path),
             "truth_path": Path(split.truth_path),
             "models": split_models(split),
             "done": {r.model_name for r in job.results},
-            "dataset": Path(round_.dataset),
-            "limits": Limits(wall_seconds=round_.per_model_timeout_s, memory_bytes=round_.memory_bytes),
+            "split": split.name,
+            "training": training if (training / "models").is_dir() else None,
+            "limits": limits,
+            "deadline": as_utc(job.started_at or utcnow()).timestamp() + round_.total_timeout_s,
             "total_timeout_s": round_.total_timeout_s,
+            "allow_unisolated": round_.allow_unisolated,
         }
 
 
 def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) -> None:
     value, flag, raw = parse_result(result)
+    stderr = result.stderr
+    if flag == MEMORY_FLAG:
+        stderr += (
+            f"\n[harness] stopped for memory: peak resident {result.peak_memory_bytes / 2**20:.0f} MiB\n"
+        )
+    elif result.deadline_reached:
+        stderr += "\n[harness] stopped at the job's total time limit\n"
     with sessions.begin() as session:
         session.add(
             ModelResult(
@@ -104,7 +132,7 @@ def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) ->
                 exit_code=result.exit_code,
                 wall_seconds=result.wall_seconds,
                 stdout=result.stdout[-LOG_LIMIT:],
-                stderr=result.stderr[-LOG_LIMIT:],
+                stderr=stderr[-LOG_LIMIT:],
             )
         )
         job = session.get(Job, job_id)
@@ -120,6 +148,19 @@ def _note(sessions: sessionmaker[Session], job_id: int, line: str) -> None:
             job.log = f"{job.log}{line}\n"
 
 
+def _sealing(context: dict, sessions: sessionmaker[Session], job_id: int) -> bool:
+    """Whether the job's tasks must run under bwrap; an organiser's override is written to the job log."""
+    if context["split"] not in SEALED_SPLITS:
+        return False
+    if context["allow_unisolated"] and isolation_available() != "bwrap":
+        _note(
+            sessions,
+            job_id,
+            f"override: the round allows unisolated runs; isolation here: {isolation_available()}",
+        )
+    return not context["allow_unisolated"]
+
+
 def run_models(
     sessions: sessionmaker[Session],
     job_id: int,
@@ -131,27 +172,36 @@ def run_models(
     context = _job_context(sessions, job_id)
     todo = [m for m in context["models"] if m not in context["done"]]
     random.Random(job_id).shuffle(todo)
-    hide = [context["dataset"], settings().home]
+    fields = {"deadline": context["deadline"], "require_isolation": _sealing(context, sessions, job_id)}
     tasks = [
-        detector_task(context["artifact"], context["models_path"] / m, context["limits"], hide) for m in todo
+        detector_task(
+            context["artifact"], context["models_path"] / m, context["limits"], context["training"], **fields
+        )
+        for m in todo
     ]
     noted: set[str] = set()
+    reached = False
 
     def done(result: TaskResult) -> None:
+        nonlocal reached
         if result.isolation not in noted:  # one log line per isolation level, not one write per model
             noted.add(result.isolation)
             _note(sessions, job_id, f"isolation: {result.isolation}")
+        reached = reached or result.deadline_reached
+        if result.exit_code is None and result.deadline_reached:
+            return  # never started: scored as missing, like NIST's models a job did not reach
         _record(sessions, job_id, result)
         if on_model is not None:
             on_model(result.key)
 
-    start = time.monotonic()
     for i in range(0, len(tasks), chunk):
-        if time.monotonic() - start > context["total_timeout_s"]:
-            _note(sessions, job_id, f"total time limit of {context['total_timeout_s']:g} s reached")
-            return False
+        if time.time() >= context["deadline"]:
+            reached = True
+            break
         executor.map(tasks[i : i + chunk], done)
-    return True
+    if reached:
+        _note(sessions, job_id, f"total time limit of {context['total_timeout_s']:g} s reached")
+    return not reached
 
 
 def score_job(sessions: sessionmaker[Session], job_id: int) -> None:

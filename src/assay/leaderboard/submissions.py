@@ -4,28 +4,37 @@ A submission is a folder or an archive (.tar, .tar.gz, .tgz, .zip) holding ``ent
 detector command line), ``metaparameters.json`` and ``metaparameters_schema.json`` (every parameter bounded,
 see ``assay.trojai.check_schema``), and optionally ``learned_parameters/``. Accepted artifacts are stored
 content-addressed under ``ARTIFACTS/<sha256>/``: the digest covers every file's path and bytes, so the
-same detector sent as a folder or as an archive is the same artifact, and it is not run twice on a split.
+same detector sent as a folder or as an archive is the same artifact. A team sending an artifact it already
+ran on a split again gets ``duplicate`` (not run twice); the same bytes from another team are run and scored
+for that team, with ``duplicate_of_id`` set so the organiser (only) sees the match. A submission holds
+regular files and folders only: links are refused, ``__pycache__`` and ``__MACOSX`` dropped.
 
 Rejected submissions are recorded with their reasons and do not use up the team's window. Only the test
 split has a window (``Round.submission_window_s``); train and smoke runs are for the team's own checks.
+The team's storage quota is checked before unpacking (declared sizes) and after (exact); older practice
+artifacts are released after each train or smoke submission (``assay.leaderboard.storage``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
+from assay.leaderboard import storage
 from assay.leaderboard.rounds import get_round, get_split, get_team
-from assay.store.models import Job, Submission, utcnow
+from assay.store.models import Job, Round, Split, Submission, Team, utcnow
 from assay.trojai import check_metaparameters, check_schema, read_json
 
 MAX_ARTIFACT_BYTES = 512 * 2**20
@@ -35,6 +44,15 @@ COUNTED = ("queued", "running", "done", "failed")
 WINDOWED_SPLITS = ("test",)
 SUBMITTABLE_SPLITS = ("train", "test", "smoke")
 CONTAINER_SUFFIXES = (".sif", ".simg")
+JUNK = frozenset({"__pycache__", "__MACOSX"})  # folders dropped on unpacking
+
+
+class Refused(Exception):
+    """A reason to record the submission as rejected (kept on record), unlike a ``UserError``."""
+
+
+def _no_check(size: int) -> None:
+    """The default ``unpack`` size check: none beyond the fixed limits."""
 
 
 def _check_sizes(sizes: list[int], source: Path) -> None:
@@ -44,12 +62,95 @@ def _check_sizes(sizes: list[int], source: Path) -> None:
         raise UserError(f"{source}: unpacks to {sum(sizes)} bytes; the limit is {MAX_ARTIFACT_BYTES}")
 
 
-def unpack(artifact: Path, dest: Path) -> Path:
+def _kept_bytes(files: list[tuple[str, int]]) -> int:
+    """Bytes of the declared files that would be kept once unpacked (``JUNK`` folders are dropped).
+
+    Equal to ``tree_bytes`` of the unpacked artifact for a well-formed archive, so a team re-sending an
+    artifact it holds is recognised by size before unpacking (``storage.check_quota``).
+    """
+    return sum(size for name, size in files if not JUNK.intersection(PurePosixPath(name).parts))
+
+
+def _is_zip_link(member: zipfile.ZipInfo) -> bool:
+    return stat.S_ISLNK(member.external_attr >> 16)
+
+
+def _links(folder: Path, hard: bool) -> list[Path]:
+    """Symbolic links under ``folder`` (not followed), and with ``hard`` files linked more than once."""
+    found = []
+    for parent, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = Path(parent) / name
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode) or (hard and stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
+                found.append(path)
+    return found
+
+
+def _refuse_links(folder: Path, source: Path, hard: bool = True) -> None:
+    """A symbolic link could carry files from outside into the artifact (a folder's link to a round's
+    ground truth), and a tar's hard links are sized 0 in its headers, so the limits checked before
+    extracting never saw their bytes; a submission holds regular files and folders only."""
+    links = _links(folder, hard)
+    if links:
+        shown = links[0].relative_to(folder).as_posix()
+        target = f" -> {os.readlink(links[0])}" if links[0].is_symlink() else " (a hard link)"
+        raise UserError(f"{source}: holds a link, {shown}{target}; submit regular files only")
+
+
+def _copy_folder(artifact: Path, dest: Path, check: Callable[[int], None]) -> None:
+    """Copy a detector folder, links refused before and after the copy (which copies links as links)."""
+    _refuse_links(artifact, artifact, hard=False)  # a folder's own hard links are plain files to copy
+    files = [
+        (p.relative_to(artifact).as_posix(), p.stat().st_size) for p in artifact.rglob("*") if p.is_file()
+    ]
+    _check_sizes([size for _, size in files], artifact)
+    check(_kept_bytes(files))
+    shutil.copytree(artifact, dest, dirs_exist_ok=True, symlinks=True)
+
+
+def _extract_zip(artifact: Path, dest: Path, check: Callable[[int], None]) -> None:
+    with zipfile.ZipFile(artifact) as archive:
+        members = archive.infolist()
+        for member in members:
+            name = Path(member.filename)
+            if name.is_absolute() or ".." in name.parts:
+                raise UserError(f"{artifact}: member {member.filename!r} would be written outside the folder")
+            if _is_zip_link(member):
+                raise UserError(
+                    f"{artifact}: member {member.filename!r} is a link; submit regular files only"
+                )
+        _check_sizes([m.file_size for m in members], artifact)
+        check(_kept_bytes([(m.filename, m.file_size) for m in members if not m.is_dir()]))
+        archive.extractall(dest)
+
+
+def _extract_tar(artifact: Path, dest: Path, check: Callable[[int], None]) -> None:
+    with tarfile.open(artifact) as archive:
+        members = archive.getmembers()
+        _check_sizes([m.size for m in members], artifact)
+        check(_kept_bytes([(m.name, m.size) for m in members if m.isfile()]))
+        try:
+            archive.extractall(dest, filter="data")
+        except tarfile.FilterError as exc:
+            raise UserError(f"{artifact}: unsafe archive member ({exc})") from None
+
+
+def _drop_junk(root: Path) -> None:
+    """Remove ``__pycache__`` and ``__MACOSX`` folders: never needed to run, left out of the digest, and
+    not to be stored uncounted."""
+    for junk in [p for p in root.rglob("*") if p.name in JUNK and p.is_dir()]:
+        if junk.exists():  # not inside one removed already
+            shutil.rmtree(junk)
+
+
+def unpack(artifact: Path, dest: Path, check: Callable[[int], None] = _no_check) -> Path:
     """Copy or extract ``artifact`` into the empty folder ``dest``; return the detector's root folder.
 
     Archives are checked before anything is written: no absolute paths, no ``..``, no links or devices
-    (tar's ``data`` filter), within the size and file-count limits. An archive with one top folder is
-    entered.
+    (zip link members refused, tar's ``data`` filter), within the size and file-count limits; then
+    ``check`` gets the bytes that would be kept and may refuse (the storage quota). A folder holding any
+    link is refused. An archive with one top folder is entered.
     """
     if artifact.suffix in CONTAINER_SUFFIXES:
         engine = shutil.which("apptainer") or shutil.which("singularity")
@@ -59,32 +160,18 @@ def unpack(artifact: Path, dest: Path) -> Path:
             "submit the folder with entrypoint.py (or a .tar.gz of it)"
         )
     if artifact.is_dir():
-        files = [p for p in artifact.rglob("*") if p.is_file()]
-        _check_sizes([p.stat().st_size for p in files], artifact)
-        shutil.copytree(artifact, dest, dirs_exist_ok=True, symlinks=False)
+        _copy_folder(artifact, dest, check)
     elif zipfile.is_zipfile(artifact):
-        with zipfile.ZipFile(artifact) as archive:
-            members = archive.infolist()
-            for member in members:
-                name = Path(member.filename)
-                if name.is_absolute() or ".." in name.parts:
-                    raise UserError(
-                        f"{artifact}: member {member.filename!r} would be written outside the folder"
-                    )
-            _check_sizes([m.file_size for m in members], artifact)
-            archive.extractall(dest)
+        _extract_zip(artifact, dest, check)
     elif artifact.is_file() and tarfile.is_tarfile(artifact):
-        with tarfile.open(artifact) as archive:
-            members = archive.getmembers()
-            _check_sizes([m.size for m in members], artifact)
-            try:
-                archive.extractall(dest, filter="data")
-            except tarfile.FilterError as exc:
-                raise UserError(f"{artifact}: unsafe archive member ({exc})") from None
+        _extract_tar(artifact, dest, check)
     else:
         raise UserError(f"{artifact}: not a folder, .tar(.gz) or .zip detector artifact")
+    _refuse_links(dest, artifact)
     entries = [p for p in dest.iterdir() if p.name not in ("__MACOSX",)]
-    return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
+    root = entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
+    _drop_junk(root)
+    return root
 
 
 def digest(root: Path) -> str:
@@ -139,17 +226,8 @@ def _window_error(session: Session, team_id: int, split_id: int, window_s: int, 
     return f"the team's submission window for this split reopens at {opens.isoformat(timespec='seconds')}"
 
 
-def submit(
-    session: Session,
-    artifacts_dir: Path,
-    team_name: str,
-    round_name: str,
-    split_name: str,
-    artifact: Path,
-    now: datetime | None = None,
-) -> Submission:
-    """Record a submission; accepted ones are stored and queued as a job, others say why in their status."""
-    now = now or utcnow()
+def _target(session: Session, team_name: str, round_name: str, split_name: str) -> tuple[Team, Round, Split]:
+    """The team, open round and submittable split named, or a ``UserError`` saying which is wrong."""
     team = get_team(session, team_name)
     round_ = get_round(session, round_name)
     split = get_split(round_, split_name)
@@ -159,47 +237,117 @@ def submit(
         raise UserError(f"round {round_name!r} is {round_.status}; submissions need an open round")
     if split_name not in SUBMITTABLE_SPLITS:
         raise UserError(f"split {split_name!r} is run by the organiser when the round closes; submit to test")
+    return team, round_, split
+
+
+def _quota_check(session: Session, team: Team, round_: Round) -> Callable[[int], None]:
+    """``unpack``'s check: refuse before writing anything when the declared size alone breaks the quota."""
+
+    def check(size: int) -> None:
+        reason = storage.check_quota(session, team, round_, size)
+        if reason:
+            raise Refused(reason)
+
+    return check
+
+
+def _admission_errors(
+    session: Session, team: Team, round_: Round, split: Split, sha: str, size: int, now: datetime
+) -> list[str]:
+    """Why a valid artifact may not be kept now: the test window, then the storage quota.
+
+    The team's row is locked first (PostgreSQL), so two submissions of one team take turns here and
+    cannot both fit into the last of a window or a quota.
+    """
+    session.execute(select(Team.id).where(Team.id == team.id).with_for_update())
+    if split.name in WINDOWED_SPLITS:
+        window = _window_error(session, team.id, split.id, round_.submission_window_s, now)
+        if window:
+            return [window]
+    reason = storage.check_quota(session, team, round_, size, sha)
+    return [reason] if reason else []
+
+
+def _original(session: Session, team: Team, split: Split, sha: str) -> tuple[Submission | None, bool]:
+    """The first submission of the same files on the split that ran or will run, and whether it is the
+    team's own. The team's own makes this one a duplicate, not run again; another team's does not (each
+    team is scored on what it sent), and only the organiser is shown the link."""
+    found = session.scalars(
+        select(Submission)
+        .where(
+            Submission.split_id == split.id, Submission.artifact_sha256 == sha, Submission.status.in_(COUNTED)
+        )
+        .order_by(Submission.id)
+    ).all()
+    own = next((s for s in found if s.team_id == team.id), None)
+    return (own, True) if own is not None else (found[0] if found else None, False)
+
+
+def _store(root: Path, artifacts_dir: Path, sha: str) -> Path:
+    """Move the unpacked artifact to ``ARTIFACTS/<sha>/`` unless the same files are there already; either
+    way stamp its time, so garbage collection sees it as fresh while this submission is uncommitted."""
+    target = artifacts_dir / sha
+    if not target.exists():
+        shutil.move(str(root), target)
+    os.utime(target)
+    return target
+
+
+def submit(
+    session: Session,
+    artifacts_dir: Path,
+    team_name: str,
+    round_name: str,
+    split_name: str,
+    artifact: Path,
+    now: datetime | None = None,
+) -> Submission:
+    """Record a submission; accepted ones are stored and queued as a job, others say why in their status.
+
+    Nothing is kept for a rejected submission: its unpacked files go with the temp folder.
+    """
+    now = now or utcnow()
+    team, round_, split = _target(session, team_name, round_name, split_name)
     artifact = Path(artifact)
     if not artifact.exists():
         raise UserError(f"{artifact}: no such file or folder")
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=artifacts_dir, prefix=".incoming-") as scratch:
-        root = unpack(artifact, Path(scratch) / "artifact")
+        try:
+            root = unpack(artifact, Path(scratch) / "artifact", _quota_check(session, team, round_))
+        except Refused as exc:
+            return _record(session, Submission(team=team, split=split, artifact_sha256=""), now, [str(exc)])
+        sha, size = digest(root), storage.tree_bytes(root)
         errors, technique = validate(root)
-        sha = digest(root)
-        if not errors and split.name in WINDOWED_SPLITS:
-            window = _window_error(session, team.id, split.id, round_.submission_window_s, now)
-            errors = [window] if window else []
-        original = None
-        if not errors:
-            original = session.scalar(
-                select(Submission)
-                .where(
-                    Submission.split_id == split.id,
-                    Submission.artifact_sha256 == sha,
-                    Submission.status.in_(COUNTED),
-                )
-                .order_by(Submission.id)
-                .limit(1)
-            )
-            if not (artifacts_dir / sha).exists():
-                shutil.move(str(root), artifacts_dir / sha)
-        submission = Submission(
-            team=team,
-            split=split,
-            artifact_path=str(artifacts_dir / sha) if not errors else "",
-            artifact_sha256=sha,
-            technique=technique,
-            submitted_at=now,
-            validation_errors="\n".join(errors),
-            status="rejected" if errors else "duplicate" if original is not None else "queued",
-            duplicate_of_id=original.id if original is not None else None,
+        errors = errors or _admission_errors(session, team, round_, split, sha, size, now)
+        made = Submission(
+            team=team, split=split, artifact_sha256=sha, artifact_bytes=size, technique=technique
         )
-        session.add(submission)
-        if submission.status == "queued":
-            session.add(Job(submission=submission, status="queued"))
-        session.flush()
-        return submission
+        if errors:
+            return _record(session, made, now, errors)
+        original, own = _original(session, team, split, sha)
+        made.artifact_path = str(_store(root, artifacts_dir, sha))
+        made.duplicate_of_id = original.id if original is not None else None
+        made = _record(session, made, now, [], "duplicate" if own else "queued")
+    if split.name in storage.PRACTICE_SPLITS:
+        storage.prune_practice(session, artifacts_dir, team.id, round_.id, now)
+    return made
+
+
+def _record(
+    session: Session, made: Submission, now: datetime, errors: list[str], status: str = "rejected"
+) -> Submission:
+    """Add the submission with its time, status and reasons (a queued one with its job), and flush."""
+    made.submitted_at = now
+    made.validation_errors = "\n".join(errors)
+    made.status = status
+    if not made.artifact_path:
+        made.artifact_path = ""
+    session.add(made)
+    if status == "queued":
+        session.add(Job(submission=made, status="queued"))
+    session.flush()
+    return made
 
 
 def close_round(session: Session, round_name: str) -> list[Submission]:
@@ -218,6 +366,7 @@ def close_round(session: Session, round_name: str) -> list[Submission]:
             split=holdout,
             artifact_path=best.artifact_path,
             artifact_sha256=best.artifact_sha256,
+            artifact_bytes=best.artifact_bytes,
             technique=best.technique,
             status="queued",
         )

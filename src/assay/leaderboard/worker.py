@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -60,6 +60,7 @@ def claim_job(
                         worker=worker,
                         claimed_at=now,
                         heartbeat_at=now,
+                        started_at=func.coalesce(Job.started_at, now),  # the total limit runs from here
                         attempts=Job.attempts + 1,
                     )
                     .returning(Job.id)

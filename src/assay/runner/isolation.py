@@ -2,10 +2,11 @@
 
 Three levels, best first, detected at run time by trying them once:
 
-- ``bwrap``: bubblewrap. Read-only root, tmpfs over hidden paths, only the task's scratch and output folders
-  writable, no network, own pid namespace (everything dies with the detector), all capabilities dropped.
-  Dropping capabilities matters when the harness runs as root: with them the detector could simply
-  ``umount`` the tmpfs that hides the ground truth.
+- ``bwrap``: bubblewrap. An empty root (deny by default) into which only an allow-list is bound read-only:
+  the system libraries, this Python and ``assay``, and the task's staged inputs; the task's scratch, output,
+  ``/tmp`` and ``/dev/shm`` live on one size-bounded tmpfs of its own that vanishes with it. No network, own
+  pid namespace (everything dies with the detector), all capabilities dropped (as root, capabilities would
+  let it mount the host's disk).
 - ``unshare``: ``unshare -n -p -f --kill-child`` cuts the network and gives an own pid namespace (so a child
   that calls ``setsid`` still dies with the detector); paths are not hidden and the file system is writable.
   The detector is pid 1 there, so signals it sends itself without a handler are ignored.
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import functools
 import glob
+import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,14 +30,25 @@ LEVELS = ("bwrap", "unshare", "none")
 _UNSHARE_FLAGS = ("--net", "--pid", "--fork", "--kill-child")
 
 
+INSIDE = Path("/task")  # the task's own tmpfs inside a bwrap sandbox: input/, scratch/, output/, shm/
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The dynamic loader's cache and time zone; no passwd, hosts or ssl: nothing a sealed detector needs.
+_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
 @dataclass(frozen=True)
 class Mounts:
-    """The paths a sandbox needs: what to hide, what to expose read-only, where the task may write."""
+    """What a bwrap sandbox is built from, on an empty root: nothing else of the host exists inside.
 
-    hide: list[Path] = field(default_factory=list)
+    ``readonly``: host paths shown read-only at the same place (the runtime, extra inputs).
+    ``stage``: mount point inside the sandbox -> host source, read-only.
+    ``private_bytes``: the size of the task's own tmpfs (scratch, output, /tmp, /dev/shm).
+    """
+
     readonly: list[Path] = field(default_factory=list)
-    stage: dict[Path, Path] = field(default_factory=dict)  # mount point inside input/ -> source
-    writable: list[Path] = field(default_factory=list)
+    stage: dict[Path, Path] = field(default_factory=dict)
+    private_bytes: int = 2**30
     network: bool = False
     gpus: bool = False
 
@@ -51,11 +65,8 @@ def _works(argv: list[str]) -> bool:
 @functools.cache
 def _probe(level: str) -> bool:
     if level == "bwrap":
-        bwrap = shutil.which("bwrap")
-        flags = ["--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        return bwrap is not None and _works(
-            [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *flags]
-        )
+        # The very sandbox tasks get, so a machine that allows bwrap but not, say, its tmpfs size is caught.
+        return shutil.which("bwrap") is not None and _works(bwrap_argv(Mounts()))
     if level == "unshare":
         unshare = shutil.which("unshare")
         return unshare is not None and _works([unshare, *_UNSHARE_FLAGS, "--"])
@@ -85,43 +96,71 @@ def choose(level: str | None) -> str:
 
 
 def _existing(paths: list[Path]) -> list[Path]:
-    """Resolved, de-duplicated paths that exist: bwrap refuses to mount over nothing."""
-    seen: dict[Path, None] = {}
-    for path in paths:
-        real = Path(path).resolve()
-        if real.exists():
-            seen[real] = None
-    return list(seen)
+    """De-duplicated absolute paths that exist, outermost first: bwrap refuses to mount over nothing."""
+    seen = {Path(os.path.abspath(path)): None for path in paths if os.path.lexists(path)}
+    return sorted(seen, key=lambda path: len(path.parts))
+
+
+def runtime_paths() -> list[Path]:
+    """What a detector needs to run: system libraries and this Python (interpreter, its libraries, assay).
+
+    Only ``bin``, ``lib`` and ``pyvenv.cfg`` of each prefix, never a prefix itself: a virtual environment
+    may sit inside a checkout or a home folder that holds other things. ``assay`` goes in by its package
+    folder alone, since an editable install points into the project checkout.
+    """
+    import assay
+
+    prefixes = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    parts = [prefix / name for prefix in sorted(prefixes) for name in ("bin", "lib", "lib64", "pyvenv.cfg")]
+    return _existing([*map(Path, _SYSTEM_DIRS), *map(Path, _ETC), *parts, Path(assay.__file__).parent])
+
+
+def _show(path: Path) -> list[str]:
+    """Bind ``path`` read-only, or recreate it as a link when it is one (``/lib -> usr/lib``)."""
+    if path.is_symlink():
+        return ["--symlink", os.readlink(path), str(path)]
+    return ["--ro-bind", str(path), str(path)]
+
+
+def _devices(gpus: bool) -> list[str]:
+    """A minimal read-only /dev; /dev/shm points into the task's bounded tmpfs."""
+    argv = ["--tmpfs", "/dev"]
+    for node in _DEVICES:
+        argv += ["--dev-bind", node, node]
+    for number, name in enumerate(("stdin", "stdout", "stderr")):
+        argv += ["--symlink", f"/proc/self/fd/{number}", f"/dev/{name}"]
+    argv += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", str(INSIDE / "shm"), "/dev/shm"]
+    if gpus:
+        for node in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
+            argv += ["--dev-bind", node, node]
+    return argv
 
 
 def bwrap_argv(mounts: Mounts) -> list[str]:
-    """The bubblewrap prefix. Order matters: later mounts sit on top of earlier ones."""
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
-    argv += ["--cap-drop", "ALL"]
+    """The bubblewrap prefix: an empty, read-only root with only the allow-listed paths bound into it.
+
+    Order matters: later mounts sit on top of earlier ones, and the remounts come last.
+    """
+    argv = ["bwrap", "--tmpfs", "/", "--proc", "/proc", *_devices(mounts.gpus)]
+    argv += ["--unshare-user-try", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
     if not mounts.network:
         argv.append("--unshare-net")
-    if mounts.gpus:
-        # --dev gives a minimal /dev; a GPU task needs the NVIDIA device nodes back.
-        for node in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
-            argv += ["--dev-bind", node, node]
-    for path in _existing(mounts.hide):
-        argv += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-    for path in _existing(mounts.readonly):
-        argv += ["--ro-bind", str(path), str(path)]
+    for path in _existing([*runtime_paths(), *mounts.readonly]):
+        argv += _show(path)
+    argv += ["--size", str(mounts.private_bytes), "--tmpfs", str(INSIDE)]
+    argv += [arg for name in ("input", "scratch", "output", "shm") for arg in ("--dir", str(INSIDE / name))]
     for inside, source in mounts.stage.items():
         argv += ["--ro-bind", str(Path(source).resolve()), str(inside)]
-    for path in mounts.writable:
-        argv += ["--bind", str(path), str(path)]
+    argv += ["--symlink", str(INSIDE / "scratch"), "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
     return [*argv, "--"]
 
 
 def wrap(level: str, argv: list[str], mounts: Mounts) -> tuple[list[str], str]:
     """The full command line for ``level`` and a one-line description of what it protects."""
     if level == "bwrap":
-        parts = ["read-only root"]
-        if mounts.hide:
-            parts.append("hidden paths")
+        parts = ["empty read-only root with inputs and runtime only"]
+        parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
         parts.append("network allowed" if mounts.network else "no network")
         parts += ["own pid namespace", "no capabilities"]
         return bwrap_argv(mounts) + argv, "bwrap: " + ", ".join(parts)

@@ -3,8 +3,8 @@
 The command gets its own session (so its process group can be killed as one), an address-space limit and
 no core dumps. Its output is read by threads into bounded buffers, so a detector printing gigabytes costs
 64 KiB, and a grandchild holding the pipes open cannot block the harness for more than a few seconds.
-A grandchild that leaves the group with ``setsid`` escapes the group kill; only a pid namespace (bwrap,
-unshare) catches it.
+A grandchild that leaves the group with ``setsid`` escapes the group kill; a pid namespace (bwrap,
+unshare) or the task's pids cgroup (``assay.runner.cgroup``, where one can be made) catches it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ class Finished:
     stdout: bytes
     stderr: bytes
     start_error: str | None = None
+    collected: bytes = b""  # what the sandbox's collector wrote to the side pipe (bwrap: the result files)
+    peak_memory_bytes: int = 0  # the largest resident set of the command and the descendants it waited for
 
 
 class _Tail:
@@ -66,7 +68,7 @@ class _Tail:
         return data
 
 
-def _pump(stream: IO[bytes], tail: _Tail) -> None:
+def _pump(stream: IO[bytes], tail: _Tail | _Cap) -> None:
     """Read until end of file, then close: the pump owns its pipe, so a blocked read never races a close."""
     fd = stream.fileno()
     try:
@@ -78,8 +80,10 @@ def _pump(stream: IO[bytes], tail: _Tail) -> None:
         stream.close()
 
 
-def _limiter(memory_bytes: int | None, data_only: bool = False) -> Callable[[], None]:
-    """A preexec function that only calls setrlimit: little work between fork and exec, where threads bite.
+def _limiter(
+    memory_bytes: int | None, data_only: bool = False, join: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """A preexec function that only calls setrlimit (and joins a cgroup): little work between fork and exec.
 
     RLIMIT_AS caps every mapping, shared ones included. ``data_only`` caps only private writable memory
     (RLIMIT_DATA): the CUDA driver reserves far more address space than any RLIMIT_AS worth setting.
@@ -88,6 +92,8 @@ def _limiter(memory_bytes: int | None, data_only: bool = False) -> Callable[[], 
     kind = resource.RLIMIT_DATA if data_only else resource.RLIMIT_AS
 
     def limit() -> None:
+        if join is not None:
+            join()
         setrlimit(core, (0, 0))
         if memory_bytes is not None:
             setrlimit(kind, (memory_bytes, memory_bytes))
@@ -124,6 +130,33 @@ def _wait_exit(proc: subprocess.Popen[bytes], seconds: float) -> bool:
         time.sleep(0.01)
 
 
+def _side_pipe(collect_bytes: int) -> tuple[int, int, _Cap] | None:
+    """A pipe whose write end the command inherits, read into a capped buffer; None when not asked for."""
+    if collect_bytes <= 0:
+        return None
+    read_end, write_end = os.pipe()
+    return read_end, write_end, _Cap(collect_bytes)
+
+
+class _Cap:
+    """Keeps the first ``limit`` bytes of a stream (a result, unlike a log, is wanted from its start)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.data, self.overflow = limit, bytearray(), False
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - len(self.data)
+        self.data += chunk[:room]
+        self.overflow = self.overflow or len(chunk) > room
+
+
+def _wait_rusage(proc: subprocess.Popen[bytes]) -> tuple[int, int]:
+    """Reap ``proc`` with wait4: its exit code as Popen reports it, and its peak resident set in bytes."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss * 1024  # Linux reports KiB
+
+
 def run_limited(
     argv: list[str],
     env: dict[str, str],
@@ -131,12 +164,20 @@ def run_limited(
     wall_seconds: float,
     memory_bytes: int | None,
     data_only: bool = False,
+    collect_bytes: int = 0,
+    join: Callable[[], None] | None = None,
 ) -> Finished:
     """Run ``argv`` to completion or ``wall_seconds``, then kill its whole process group either way.
 
-    ``data_only`` picks RLIMIT_DATA over RLIMIT_AS for the memory limit (see ``_limiter``).
+    ``data_only`` picks RLIMIT_DATA over RLIMIT_AS for the memory limit (see ``_limiter``). With
+    ``collect_bytes`` the command inherits the write end of a side pipe and finds its number in the
+    ``{collect_fd}`` argument; up to that many bytes of it come back in ``Finished.collected``. ``join``
+    runs in the child before exec (a cgroup to enter).
     """
     start = time.monotonic()
+    side = _side_pipe(collect_bytes)
+    if side is not None:
+        argv = [arg.replace("{collect_fd}", str(side[1])) for arg in argv]
     try:
         proc = subprocess.Popen(
             argv,
@@ -146,29 +187,34 @@ def run_limited(
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_limiter(memory_bytes, data_only),
+            pass_fds=(side[1],) if side else (),
+            preexec_fn=_limiter(memory_bytes, data_only, join),
         )
     except OSError as err:  # missing program, or the limit is too small to even exec
+        if side is not None:
+            os.close(side[0]), os.close(side[1])
         return Finished(None, False, time.monotonic() - start, b"", b"", start_error=f"cannot start: {err}")
     tails = (_Tail(), _Tail())
-    pumps = [
-        threading.Thread(target=_pump, args=(stream, tail), daemon=True)
-        for stream, tail in zip((proc.stdout, proc.stderr), tails, strict=True)
-    ]
+    streams: list[tuple[IO[bytes], _Tail | _Cap]] = list(zip((proc.stdout, proc.stderr), tails, strict=True))
+    if side is not None:
+        os.close(side[1])  # the command holds its own copy; the pump sees end of file when it is gone
+        streams.append((os.fdopen(side[0], "rb", buffering=0), side[2]))
+    pumps = [threading.Thread(target=_pump, args=stream, daemon=True) for stream in streams]
     for pump in pumps:
         pump.start()
     try:
         exited = _wait_exit(proc, wall_seconds)
     except BaseException:  # Ctrl-C or a cancelled worker: the detector must not run on unattended
         _kill_group(proc.pid)
-        proc.wait()
+        _wait_rusage(proc)
         raise
     wall = time.monotonic() - start
     # The leader is exited-but-unreaped (or still running): its pid still names the group, so this kills
     # exactly the children it left behind, or everything on timeout.
     _kill_group(proc.pid)
-    exit_code = proc.wait()
+    exit_code, peak = _wait_rusage(proc)
     drained = time.monotonic() + _DRAIN_SECONDS
     for pump in pumps:  # a pump still blocked (pipe kept by an escaped process) stays behind as a daemon
         pump.join(max(0.0, drained - time.monotonic()))
-    return Finished(exit_code, not exited, wall, tails[0].value(), tails[1].value())
+    collected = bytes(side[2].data) if side is not None and not side[2].overflow else b""
+    return Finished(exit_code, not exited, wall, tails[0].value(), tails[1].value(), None, collected, peak)

@@ -1,21 +1,34 @@
 """Run one untrusted detector: fresh folders, the best sandbox available, limits, and a record of the outcome.
 
 ``run_task`` is the only entry point executors need. It raises only for the caller's mistakes (a missing
-stage source, an isolation level this machine lacks); whatever the detector does (non-zero exit, timeout,
-crash, memory blow-up, garbage or missing output) ends up in the ``TaskResult``.
+stage source, an isolation level this machine lacks, a sealed task where bwrap is missing); whatever the
+detector does (non-zero exit, timeout, crash, memory blow-up, garbage or missing output) ends up in the
+``TaskResult``. Under bwrap the detector's output folder lives on its own tmpfs; ``collect.py`` hands the
+result files back through a side pipe once the detector is done.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import math
 import os
 import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from assay.runner.isolation import Mounts, choose, isolation_available, wrap
+from assay.errors import UserError
+from assay.runner.cgroup import joiner, task_cgroup
+from assay.runner.isolation import INSIDE, Mounts, choose, isolation_available, wrap
 from assay.runner.process import Finished, run_limited
 from assay.runner.task import Limits, Task, TaskResult
-from assay.runner.workspace import Workspace, check_sources, copy_in, mount_points, read_output, workspace
+from assay.runner.workspace import MAX_OUTPUT_BYTES, Workspace, check_sources, copy_in, read_output, workspace
+
+COLLECTOR = str(Path(__file__).with_name("collect.py"))
 
 __all__ = ["Limits", "Task", "TaskResult", "isolation_available", "run_task"]
 
@@ -33,14 +46,26 @@ _MEMORY_MARKERS = (
 _SIGKILL_CODES = (-9, 128 + 9)  # bare subprocess, and bwrap reporting its child's SIGKILL
 
 
-def _fill(text: str, space: Workspace) -> str:
+@dataclass(frozen=True)
+class Folders:
+    """Where the task's folders are as the detector sees them: the host paths, or ``/task/...`` in bwrap."""
+
+    input: Path
+    scratch: Path
+    output: Path
+
+
+INSIDE_FOLDERS = Folders(INSIDE / "input", INSIDE / "scratch", INSIDE / "output")
+
+
+def _fill(text: str, space: Folders) -> str:
     """Replace the placeholders; plain ``str.replace`` so other braces (JSON arguments) survive."""
     for name, path in (("input", space.input), ("output", space.output), ("scratch", space.scratch)):
         text = text.replace("{" + name + "}", str(path))
     return text
 
 
-def _environment(task: Task, space: Workspace) -> dict[str, str]:
+def _environment(task: Task, space: Folders) -> dict[str, str]:
     """A small environment built from scratch: the harness's own may hold credentials and ASSAY_HOME.
 
     HOME and TMPDIR point at scratch so caches land somewhere writable that is removed afterwards.
@@ -52,6 +77,8 @@ def _environment(task: Task, space: Workspace) -> dict[str, str]:
         "LC_ALL": "C.UTF-8",
         "HOME": str(space.scratch),
         "TMPDIR": str(space.scratch),
+        "USER": "detector",  # so getpass and friends need no /etc/passwd
+        "LOGNAME": "detector",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": threads,
@@ -77,39 +104,93 @@ def _memory_killed(limits: Limits, finished: Finished) -> bool:
     return any(marker in stderr for marker in _MEMORY_MARKERS)
 
 
-def _prepare(level: str, task: Task, space: Workspace) -> Mounts:
-    """Stage the inputs the way ``level`` can expose them and list the mounts bwrap needs."""
-    if level != "bwrap":
-        copy_in(space, task.stage)
-        return Mounts(network=task.limits.network)
-    return Mounts(
-        hide=[*task.hide, space.base],  # the base: other tasks' folders
-        readonly=[*task.readonly, space.input],
-        stage=mount_points(space, task.stage),
-        writable=[space.scratch, space.output],
-        network=task.limits.network,
-        gpus=task.limits.gpus > 0,
+def _not_started(task: Task, worker: str) -> TaskResult:
+    """The record of a task whose job ran out of time before its turn came."""
+    return TaskResult(
+        key=task.key,
+        exit_code=None,
+        timed_out=True,
+        killed_for_memory=False,
+        wall_seconds=0.0,
+        stdout="",
+        stderr="not started: the job's total time limit had passed",
+        outputs=dict.fromkeys(task.outputs),
+        isolation="not started",
+        worker=worker,
+        deadline_reached=True,
     )
 
 
+def _collected(raw: bytes, names: list[str]) -> dict[str, bytes | None]:
+    """The collector's JSON of base64 files; anything malformed (a detector meddling with it) is no output."""
+    try:
+        found = json.loads(raw)
+        return {name: None if found.get(name) is None else base64.b64decode(found[name]) for name in names}
+    except (ValueError, TypeError, AttributeError, binascii.Error):
+        return dict.fromkeys(names)
+
+
+def _bwrap_command(task: Task) -> tuple[list[str], str]:
+    """The sealed command line: bwrap around the collector around the detector."""
+    mounts = Mounts(
+        readonly=list(task.readonly),
+        stage={INSIDE_FOLDERS.input / name: Path(source) for name, source in task.stage.items()},
+        private_bytes=task.limits.scratch_bytes,
+        network=task.limits.network,
+        gpus=task.limits.gpus > 0,
+    )
+    collector = [sys.executable, "-I", "-S", COLLECTOR, "{collect_fd}", str(INSIDE_FOLDERS.output)]
+    inner = [*collector, *task.outputs, "--", *(_fill(arg, INSIDE_FOLDERS) for arg in task.argv)]
+    return wrap("bwrap", inner, mounts)
+
+
+def _refuse_unsealed(level: str, task: Task) -> None:
+    if task.require_isolation and level != "bwrap":
+        raise UserError(
+            f"task {task.key!r} needs bwrap isolation and this machine offers {level!r}: install bubblewrap, "
+            "or have the organiser allow unisolated runs for the round (logged on every job)"
+        )
+
+
+def _run(task: Task, level: str, space: Workspace, wall: float, join: Callable[[], None] | None) -> tuple:
+    """Start the task at ``level``; its Finished record and its outputs."""
+    limits = task.limits
+    data_only = limits.gpus > 0  # RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS
+    if level == "bwrap":
+        argv, described = _bwrap_command(task)
+        env = _environment(task, INSIDE_FOLDERS)
+        cap = len(task.outputs) * (MAX_OUTPUT_BYTES * 4 // 3 + 512) + 64
+        finished = run_limited(argv, env, "/", wall, limits.memory_bytes, data_only, cap, join)
+        return finished, _collected(finished.collected, task.outputs), described
+    folders = Folders(space.input, space.scratch, space.output)
+    copy_in(space, task.stage)
+    argv, described = wrap(level, [_fill(arg, folders) for arg in task.argv], Mounts(network=limits.network))
+    env = _environment(task, folders)
+    finished = run_limited(argv, env, str(space.scratch), wall, limits.memory_bytes, data_only, join=join)
+    return finished, {name: read_output(space, name) for name in task.outputs}, described
+
+
 def run_task(task: Task, workdir: Path | None = None, isolation: str | None = None) -> TaskResult:
-    """Run ``task`` in a fresh folder under ``workdir`` (default: the temp dir) and remove the folder after.
+    """Run ``task`` in a fresh sandbox (bwrap: on an empty root; else a folder under ``workdir``, default
+    the temp dir, removed after) and record what happened.
 
     ``isolation`` forces a level (``bwrap``, ``unshare``, ``none``); None picks the best available.
     """
     level = choose(isolation)
+    _refuse_unsealed(level, task)
     check_sources(task.stage)
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    with workspace(task.key, workdir) as space:
-        mounts = _prepare(level, task, space)
-        argv, described = wrap(level, [_fill(arg, space) for arg in task.argv], mounts)
-        limits = task.limits
-        env = _environment(task, space)
-        # GPU tasks get RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS at start-up.
-        finished = run_limited(
-            argv, env, str(space.scratch), limits.wall_seconds, limits.memory_bytes, data_only=limits.gpus > 0
-        )
-        outputs = {name: read_output(space, name) for name in task.outputs}
+    wall = task.limits.wall_seconds
+    if task.deadline is not None:
+        wall = min(wall, task.deadline - time.time())
+        if wall <= 0:
+            return _not_started(task, worker)
+    with workspace(task.key, workdir) as space, task_cgroup(task.limits.max_processes) as group:
+        finished, outputs, described = _run(task, level, space, wall, joiner(group) if group else None)
+    if group is None:
+        described += "; process count not bounded (no pids cgroup)"
+    else:
+        described += f"; at most {task.limits.max_processes} processes"
     stderr = finished.stderr.decode("utf-8", errors="replace")
     if finished.start_error:
         stderr += finished.start_error
@@ -124,4 +205,6 @@ def run_task(task: Task, workdir: Path | None = None, isolation: str | None = No
         outputs=outputs,
         isolation=described,
         worker=worker,
+        deadline_reached=finished.timed_out and wall < task.limits.wall_seconds,
+        peak_memory_bytes=finished.peak_memory_bytes,
     )

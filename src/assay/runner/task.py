@@ -18,7 +18,9 @@ class Limits:
     ``cpus`` and ``gpus`` are what a scheduler reserves (Ray) and what thread pools are told
     (``OMP_NUM_THREADS``); they are not enforced by the kernel. ``memory_bytes`` is enforced as an
     address-space limit (RLIMIT_AS), or as a private-memory limit (RLIMIT_DATA) when ``gpus`` > 0, because
-    the CUDA driver reserves huge address ranges. Neither counts files written to a tmpfs.
+    the CUDA driver reserves huge address ranges. Neither counts files written to a tmpfs: under bwrap,
+    ``scratch_bytes`` bounds the task's own tmpfs (scratch, output, ``/tmp``, ``/dev/shm``).
+    ``max_processes`` bounds processes and threads together, through a pids cgroup where one can be made.
     """
 
     wall_seconds: float = 600
@@ -26,6 +28,8 @@ class Limits:
     cpus: float = 1.0
     gpus: float = 0.0
     network: bool = False
+    scratch_bytes: int = 1 * GiB
+    max_processes: int = 256
 
     def __post_init__(self) -> None:
         if not self.wall_seconds > 0:
@@ -36,6 +40,10 @@ class Limits:
             raise ValueError(f"cpus must be positive, not {self.cpus!r}")
         if self.gpus < 0:
             raise ValueError(f"gpus must not be negative, not {self.gpus!r}")
+        if self.scratch_bytes < 2**20:
+            raise ValueError(f"scratch_bytes must be at least 1 MiB, not {self.scratch_bytes!r}")
+        if self.max_processes < 4:  # bwrap, its init, the collector and the detector itself
+            raise ValueError(f"max_processes must be at least 4, not {self.max_processes!r}")
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -49,10 +57,12 @@ class Task:
     """One detector run: a command line, the files it may read and the files to read back.
 
     ``argv`` may contain ``{input}``, ``{output}`` and ``{scratch}``; they become the sandbox's folders.
-    ``stage`` maps a name inside ``{input}`` to a file or folder exposed read-only. The whole root file
-    system is visible read-only except ``hide`` (ground truth, other splits, the database, ASSAY_HOME);
-    ``readonly`` re-exposes paths that would otherwise be hidden, such as a detector folder inside a hidden
-    tree. ``outputs`` are file names read back from ``{output}``.
+    ``stage`` maps a name inside ``{input}`` to a file or folder exposed read-only. Under bwrap nothing else
+    of the host exists inside but the runtime (system libraries, this Python, ``assay``) and ``readonly``,
+    extra host paths shown read-only where they are. ``outputs`` are file names read back from ``{output}``.
+    ``deadline`` (epoch seconds) is a hard end shared by a job's tasks: a task runs until the earlier of it
+    and its own ``wall_seconds``, and one that would start after it is not started. ``require_isolation``
+    refuses to run it anywhere bwrap is not available.
     """
 
     key: str
@@ -61,8 +71,9 @@ class Task:
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
     readonly: list[Path] = field(default_factory=list)
-    hide: list[Path] = field(default_factory=list)
     outputs: list[str] = field(default_factory=lambda: ["result.txt"])
+    deadline: float | None = None
+    require_isolation: bool = False
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -81,6 +92,8 @@ class TaskResult:
     ``128 + N`` (through bwrap). ``outputs`` maps each requested name to its bytes, or None when the file is
     missing, is not a regular file (a symlink could point at ground truth) or is too large.
     ``stdout``/``stderr`` keep the last 64 KiB. ``worker`` is ``hostname:pid`` of the harness process.
+    ``deadline_reached``: stopped (or never started) because the shared ``Task.deadline`` came first.
+    ``peak_memory_bytes``: the largest resident set of the run's processes that were waited for.
     """
 
     key: str
@@ -93,6 +106,8 @@ class TaskResult:
     outputs: dict[str, bytes | None]
     isolation: str
     worker: str
+    deadline_reached: bool = False
+    peak_memory_bytes: int = 0
 
     @property
     def ok(self) -> bool:

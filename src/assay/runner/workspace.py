@@ -1,8 +1,10 @@
 """The per-task folder: ``input/`` with the staged files, empty ``scratch/`` and ``output/``.
 
-Every task gets a fresh folder inside a base folder that the sandbox hides as a whole, so concurrent tasks
-cannot see each other's inputs or results. Outputs are read back without following symlinks: a detector
-could otherwise leave ``result.txt -> /round/ground_truth.csv`` and have the harness read it.
+Every task gets a fresh folder inside a base folder; under bwrap nothing of it is shown to the detector (its
+folders live on the sandbox's own tmpfs), at the weaker levels it is where the inputs are copied. Each folder
+names its owner, so the next worker on the host removes what a killed one left behind. Outputs are read back
+without following symlinks: a detector could otherwise leave ``result.txt -> /round/ground_truth.csv`` and
+have the harness read it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from pathlib import Path
 from assay.errors import UserError
 
 MAX_OUTPUT_BYTES = 16 * 2**20
+OWNER_FILE = ".owner"  # "host pid start-time" of the harness process using the folder
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,53 @@ def default_base() -> Path:
     return Path(tempfile.gettempdir()) / "assay-runner"
 
 
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), None if gone."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat_line.rsplit(")", 1)[1].split()[19]
+
+
+def _owner() -> str:
+    pid = os.getpid()
+    return f"{socket.gethostname()} {pid} {_start_time(pid)}"
+
+
+def _dead(owner: str) -> bool:
+    """Whether the owner line names a process of this host that is gone (a reused pid has another start)."""
+    parts = owner.split()
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    return _start_time(int(parts[1])) != parts[2]
+
+
+def sweep_stale(base: Path) -> list[Path]:
+    """Remove task folders left by dead harness processes of this host (a worker killed mid-task)."""
+    removed = []
+    for root in base.iterdir() if base.is_dir() else ():
+        try:
+            owner = (root / OWNER_FILE).read_text()
+        except OSError:
+            continue
+        if _dead(owner):
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root)
+    return removed
+
+
 @contextlib.contextmanager
 def workspace(key: str, base: Path | None = None) -> Iterator[Workspace]:
-    """A fresh task folder, removed afterwards whatever happened."""
+    """A fresh task folder, removed afterwards whatever happened; stale ones of dead workers go first."""
     base = (base or default_base()).resolve()
     base.mkdir(parents=True, exist_ok=True)
+    sweep_stale(base)
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:60] or "task"
     root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=base))
     space = Workspace(base, root)
     try:
+        (root / OWNER_FILE).write_text(_owner())
         for folder in (space.input, space.scratch, space.output):
             folder.mkdir()
         yield space
@@ -86,19 +128,6 @@ def copy_in(space: Workspace, stage: dict[str, Path]) -> None:
             shutil.copytree(source, target, copy_function=_link_or_copy, symlinks=True)
         else:
             _link_or_copy(str(source), str(target))
-
-
-def mount_points(space: Workspace, stage: dict[str, Path]) -> dict[Path, Path]:
-    """Empty files and folders for bwrap to bind the stage entries onto; mount point -> source."""
-    points = {}
-    for name, source in stage.items():
-        target = space.input / name
-        if Path(source).is_dir():
-            target.mkdir()
-        else:
-            target.touch()
-        points[target] = Path(source)
-    return points
 
 
 def read_output(space: Workspace, name: str) -> bytes | None:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -66,6 +67,16 @@ class Round(Base):
     memory_bytes: Mapped[int] = mapped_column(BigInteger, default=4 * 2**30)
     plateau_delta: Mapped[float] = mapped_column(Float, default=0.01)
     plateau_days: Mapped[float] = mapped_column(Float, default=14.0)
+    # storage, per team (assay.leaderboard.storage): unpacked bytes and distinct artifacts kept at once,
+    # and how many of the latest train/smoke artifacts stay on disk
+    quota_bytes: Mapped[int] = mapped_column(BigInteger, default=2 * 2**30, server_default=str(2 * 2**30))
+    quota_artifacts: Mapped[int] = mapped_column(Integer, default=50, server_default="50")
+    keep_practice: Mapped[int] = mapped_column(Integer, default=2, server_default="2")
+    # the sandbox (assay.leaderboard.harness): scratch space and processes per model run, and whether
+    # test/holdout jobs may run where no bubblewrap isolation is available
+    scratch_bytes: Mapped[int] = mapped_column(BigInteger, default=2**30, server_default=str(2**30))
+    max_processes: Mapped[int] = mapped_column(Integer, default=256, server_default="256")
+    allow_unisolated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     opened_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -112,6 +123,10 @@ class Submission(Base):
     status: Mapped[str] = mapped_column(String(20))
     validation_errors: Mapped[str] = mapped_column(Text, default="")
     duplicate_of_id: Mapped[int | None] = mapped_column(ForeignKey("submissions.id"))
+    artifact_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # unpacked
+    # when this submission stopped holding its artifact (practice retention); the folder itself goes only
+    # once no submission holds it
+    artifact_removed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     team: Mapped[Team] = relationship()
     split: Mapped[Split] = relationship()
@@ -127,6 +142,7 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(200))
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # first claim
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     log: Mapped[str] = mapped_column(Text, default="")  # the harness's own notes (isolation, limits, errors)
