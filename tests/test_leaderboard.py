@@ -156,15 +156,23 @@ def test_rejections_duplicates_and_the_window(board, tmp_path: Path) -> None:
     archive = shutil.make_archive(str(tmp_path / "constant"), "gztar", constant.parent, constant.name)
     again = _submit(sessions, artifacts, "beta", Path(archive))
     assert again.status == "queued" and again.duplicate_of_id == first.id
-    # an unbounded schema is rejected, says why, and does not use up the window
+    # a schema naming no technique is rejected, says why, and does not use up the window
     bad = fake_detector(tmp_path / "bad", "pass")
     schema = json.loads((bad / "metaparameters_schema.json").read_text())
-    schema["properties"]["probability"].pop("maximum")
+    schema["required"].remove("technique")
     (bad / "metaparameters_schema.json").write_text(json.dumps(schema))
     rejected = _submit(sessions, artifacts, "gamma", bad)
-    assert rejected.status == "rejected" and "needs a minimum and a maximum" in rejected.validation_errors
+    assert rejected.status == "rejected" and "no technique" in rejected.validation_errors
+    # an unbounded parameter is accepted, as NIST's harness does, with a warning on the job's log
     fine = fake_detector(tmp_path / "fine", DETERMINISTIC)
-    assert _submit(sessions, artifacts, "gamma", fine).status == "queued"
+    schema = json.loads((fine / "metaparameters_schema.json").read_text())
+    schema["properties"]["probability"].pop("maximum")
+    (fine / "metaparameters_schema.json").write_text(json.dumps(schema))
+    warned = _submit(sessions, artifacts, "gamma", fine)
+    assert warned.status == "queued"
+    with sessions() as session:
+        log = session.scalar(select(Job.log).where(Job.submission_id == warned.id))
+        assert log.startswith("warning: metaparameters_schema.json: numeric property 'probability' needs")
     # a second different detector from alpha inside its window is refused; after the window it is accepted
     other = fake_detector(tmp_path / "other", DETERMINISTIC, technique="other")
     refused = _submit(sessions, artifacts, "alpha", other)

@@ -34,6 +34,23 @@ from assay.fileio import write_text_atomic
 
 REQUIRED_METAPARAMETERS = ("technique", "technique_description")
 Metaparameters = dict[str, Any]
+# NIST's schema header (trojai-example, trojai-test-harness): technique fields at the schema's root.
+NIST_TECHNIQUE_TYPES = (
+    "Weight Analysis",
+    "Trigger Inversion",
+    "Attribution Analysis",
+    "Jacobian Inspection",
+    "Other",
+)
+# The template's own header text: NIST refuses a submission that still carries it (":Schema Header:").
+NIST_TEMPLATE_HEADER = {
+    "title": "Trojan Detection Container (trojai-example) - The template detector to be used within the "
+    "TrojAI competition.",
+    "technique_description": "Extracts model weights and trains a random forest regressor.",
+    "technique_changes": "Output metaparameter.json file after reconfiguration",
+    "commit_id": "",
+    "repo_name": "https://github.com/usnistgov/trojai-example",
+}
 
 
 @dataclass(frozen=True)
@@ -98,9 +115,41 @@ def _bounded(name: str, spec: dict[str, Any]) -> str | None:
     return None
 
 
-def check_schema(schema: Any, source: str | Path) -> None:
-    """Raise ``UserError`` unless ``schema`` is a valid JSON schema whose every property is bounded and which
-    requires the technique fields (``REQUIRED_METAPARAMETERS``)."""
+def _check_header(schema: dict[str, Any], source: str | Path) -> None:
+    """NIST's ``:Schema Header:`` check: the template's text left in place, or a bad ``technique_type``."""
+    for field, template in NIST_TEMPLATE_HEADER.items():
+        if field in schema and schema[field] == template:
+            raise UserError(
+                f"{source}: :Schema Header: field '{field}' still holds the trojai-example template's value "
+                f"{template!r}; describe your own technique"
+            )
+    if "technique_type" not in schema:
+        return
+    kinds = schema["technique_type"]
+    valid = {kind.upper() for kind in NIST_TECHNIQUE_TYPES}
+    if not isinstance(kinds, list) or not kinds:
+        raise UserError(f"{source}: :Schema Header: field 'technique_type' must be a non-empty list")
+    for kind in kinds:
+        if not isinstance(kind, str) or kind.upper() not in valid:
+            raise UserError(
+                f"{source}: :Schema Header: field 'technique_type' value {kind!r} is not one of "
+                f"{', '.join(NIST_TECHNIQUE_TYPES)}"
+            )
+
+
+def technique_of(schema: dict[str, Any], values: Metaparameters) -> str:
+    """The technique's name: a metaparameter (assay's layout) or the schema's root field (NIST's)."""
+    return str(values.get("technique") or schema.get("technique") or "")[:200]
+
+
+def check_schema(schema: Any, source: str | Path) -> list[str]:
+    """Raise ``UserError`` for what NIST's harness refuses too; return warnings for assay's stricter rules.
+
+    Two layouts are accepted: NIST's (``technique``, ``technique_description``, ``technique_type``, ... at
+    the schema's root, ``required`` possibly empty) and assay's (``technique`` and ``technique_description``
+    as required metaparameters). Unbounded parameters or open ``additionalProperties`` only warn: NIST runs
+    them, but an organiser cannot perturb such parameters within bounds.
+    """
     from jsonschema import Draft7Validator
     from jsonschema.exceptions import SchemaError
 
@@ -110,18 +159,22 @@ def check_schema(schema: Any, source: str | Path) -> None:
         Draft7Validator.check_schema(schema)
     except SchemaError as exc:
         raise UserError(f"{source}: not a valid JSON schema ({exc.message})") from None
-    properties = schema.get("properties")
-    if not isinstance(properties, dict) or not properties:
-        raise UserError(f"{source}: field 'properties' must list the metaparameters")
-    missing = [f for f in REQUIRED_METAPARAMETERS if f not in (schema.get("required") or [])]
-    if missing:
-        raise UserError(f"{source}: field 'required' must include '{missing[0]}'")
+    _check_header(schema, source)
+    properties = schema.get("properties", {})  # an object: the meta-schema check saw to that
+    required = schema.get("required") or []
+    if "technique" not in schema and not all(f in required for f in REQUIRED_METAPARAMETERS):
+        raise UserError(
+            f"{source}: no technique: put 'technique' and 'technique_description' at the schema's root "
+            "(NIST's layout) or require them as metaparameters"
+        )
+    warnings = []
     if schema.get("additionalProperties", True) is not False:
-        raise UserError(f"{source}: field 'additionalProperties' must be false (declare every parameter)")
+        warnings.append(f"{source}: field 'additionalProperties' is not false: undeclared parameters pass")
     for name, spec in properties.items():
         problem = _bounded(name, spec if isinstance(spec, dict) else {})
         if problem:
-            raise UserError(f"{source}: {problem}")
+            warnings.append(f"{source}: {problem}")
+    return warnings
 
 
 def check_metaparameters(values: Any, schema: dict[str, Any], source: str | Path) -> Metaparameters:

@@ -75,6 +75,7 @@ def detector_task(
         "detector": artifact,
         "model.pt": model_dir / "model.pt",
         "reduced-config.json": model_dir / "reduced-config.json",
+        "config.json": model_dir / "reduced-config.json",  # where NIST's harness puts it beside the model
         "clean-example-data": model_dir / "clean-example-data",
     }
     if training is not None:

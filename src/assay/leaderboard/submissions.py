@@ -24,7 +24,7 @@ import stat
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 
@@ -35,7 +35,7 @@ from assay.errors import UserError
 from assay.leaderboard import storage
 from assay.leaderboard.rounds import get_round, get_split, get_team
 from assay.store.models import Job, Round, Split, Submission, Team, utcnow
-from assay.trojai import check_metaparameters, check_schema, read_json
+from assay.trojai import check_metaparameters, check_schema, read_json, technique_of
 
 MAX_ARTIFACT_BYTES = 512 * 2**20
 MAX_ARTIFACT_FILES = 10_000
@@ -184,19 +184,20 @@ def digest(root: Path) -> str:
     return hasher.hexdigest()
 
 
-def validate(root: Path) -> tuple[list[str], str]:
-    """Every problem with the detector at ``root`` (one line each), and its technique name."""
+def validate(root: Path) -> tuple[list[str], str, list[str]]:
+    """Every problem with the detector at ``root`` (one line each), its technique name, and warnings (rules
+    of ours that NIST's harness does not enforce; written to the job's log)."""
     missing = [name for name in REQUIRED_FILES if not (root / name).is_file()]
     if missing:
-        return [f"{name}: missing from the submission" for name in missing], ""
+        return [f"{name}: missing from the submission" for name in missing], "", []
     try:
         schema = read_json(root / "metaparameters_schema.json", "metaparameter schema")
-        check_schema(schema, "metaparameters_schema.json")
+        warnings = check_schema(schema, "metaparameters_schema.json")
         values = read_json(root / "metaparameters.json", "metaparameters")
         check_metaparameters(values, schema, "metaparameters.json")
     except UserError as exc:
-        return [str(exc).replace(str(root) + "/", "")], ""
-    return [], str(values.get("technique", ""))[:200]
+        return [str(exc).replace(str(root) + "/", "")], "", []
+    return [], technique_of(schema, values), warnings
 
 
 def window_reopens_at(
@@ -318,7 +319,7 @@ def submit(
         except Refused as exc:
             return _record(session, Submission(team=team, split=split, artifact_sha256=""), now, [str(exc)])
         sha, size = digest(root), storage.tree_bytes(root)
-        errors, technique = validate(root)
+        errors, technique, warnings = validate(root)
         errors = errors or _admission_errors(session, team, round_, split, sha, size, now)
         made = Submission(
             team=team, split=split, artifact_sha256=sha, artifact_bytes=size, technique=technique
@@ -328,16 +329,22 @@ def submit(
         original, own = _original(session, team, split, sha)
         made.artifact_path = str(_store(root, artifacts_dir, sha))
         made.duplicate_of_id = original.id if original is not None else None
-        made = _record(session, made, now, [], "duplicate" if own else "queued")
+        made = _record(session, made, now, [], "duplicate" if own else "queued", warnings)
     if split.name in storage.PRACTICE_SPLITS:
         storage.prune_practice(session, artifacts_dir, team.id, round_.id, now)
     return made
 
 
 def _record(
-    session: Session, made: Submission, now: datetime, errors: list[str], status: str = "rejected"
+    session: Session,
+    made: Submission,
+    now: datetime,
+    errors: list[str],
+    status: str = "rejected",
+    warnings: Sequence[str] = (),
 ) -> Submission:
-    """Add the submission with its time, status and reasons (a queued one with its job), and flush."""
+    """Add the submission with its time, status and reasons (a queued one with its job, whose log starts
+    with the validation warnings), and flush."""
     made.submitted_at = now
     made.validation_errors = "\n".join(errors)
     made.status = status
@@ -345,7 +352,7 @@ def _record(
         made.artifact_path = ""
     session.add(made)
     if status == "queued":
-        session.add(Job(submission=made, status="queued"))
+        session.add(Job(submission=made, status="queued", log="".join(f"warning: {w}\n" for w in warnings)))
     session.flush()
     return made
 
