@@ -19,13 +19,16 @@ import stat
 import subprocess
 import sys
 
-MAX_OUTPUT_BYTES = 16 * 2**20  # the same cap as assay.runner.workspace.MAX_OUTPUT_BYTES
+MAX_OUTPUT_BYTES = 16 * 2**20  # per result file; assay.runner.workspace uses the same cap at weaker levels
 
 
-def _read(folder: str, name: str) -> str | None:
-    """The file's bytes as base64, or None when missing, a link, not a regular file or over the cap."""
+def read_regular(path: str | os.PathLike[str]) -> bytes | None:
+    """A regular file's bytes, or None when missing, a link, something else or over ``MAX_OUTPUT_BYTES``.
+
+    Links are never followed: a detector could otherwise leave ``result.txt -> /round/ground_truth.csv``.
+    """
     try:
-        fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -33,7 +36,13 @@ def _read(folder: str, name: str) -> str | None:
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_OUTPUT_BYTES:
             return None
         data = handle.read(MAX_OUTPUT_BYTES + 1)
-    return None if len(data) > MAX_OUTPUT_BYTES else base64.b64encode(data).decode("ascii")
+    return None if len(data) > MAX_OUTPUT_BYTES else data
+
+
+def _read(folder: str, name: str) -> str | None:
+    """The file's bytes as base64 (``read_regular``), or None."""
+    data = read_regular(os.path.join(folder, name))
+    return None if data is None else base64.b64encode(data).decode("ascii")
 
 
 def _kill_the_rest() -> None:

@@ -3,9 +3,9 @@
 Three levels, best first, detected at run time by trying them once:
 
 - ``bwrap``: bubblewrap. An empty root (deny by default) into which only an allow-list is bound read-only:
-  the system libraries, this Python and ``assay``, and the task's staged inputs; the task's scratch, output,
-  ``/tmp`` and ``/dev/shm`` live on one size-bounded tmpfs of its own that vanishes with it. No network, own
-  pid namespace (everything dies with the detector), all capabilities dropped (as root, capabilities would
+  the system libraries, this Python and ``assay``, and the task's staged inputs; the task's scratch, output
+  and ``/dev/shm`` live on one size-bounded tmpfs of its own that vanishes with it, ``/tmp`` on another of
+  the same size. No network, own pid namespace (everything dies with the detector), all capabilities dropped (as root, capabilities would
   let it mount the host's disk).
 - ``unshare``: ``unshare -n -p -f --kill-child`` cuts the network and gives an own pid namespace (so a child
   that calls ``setsid`` still dies with the detector); paths are not hidden and the file system is writable.
@@ -43,7 +43,7 @@ class Mounts:
 
     ``readonly``: host paths shown read-only at the same place (the runtime, extra inputs).
     ``stage``: mount point inside the sandbox -> host source, read-only.
-    ``private_bytes``: the size of the task's own tmpfs (scratch, output, /tmp, /dev/shm).
+    ``private_bytes``: the size of the task's own tmpfs (scratch, output, /dev/shm), and of its /tmp.
     """
 
     readonly: list[Path] = field(default_factory=list)
@@ -142,6 +142,9 @@ def bwrap_argv(mounts: Mounts) -> list[str]:
     Order matters: later mounts sit on top of earlier ones, and the remounts come last.
     """
     argv = ["bwrap", "--tmpfs", "/", "--proc", "/proc", *_devices(mounts.gpus)]
+    # /tmp is a bounded tmpfs of its own, made before the binds: a runtime path may lie under /tmp (a
+    # checkout or virtual environment there), and its mount point then goes on this tmpfs.
+    argv += ["--size", str(mounts.private_bytes), "--tmpfs", "/tmp"]
     argv += ["--unshare-user-try", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
     if not mounts.network:
@@ -152,7 +155,7 @@ def bwrap_argv(mounts: Mounts) -> list[str]:
     argv += [arg for name in ("input", "scratch", "output", "shm") for arg in ("--dir", str(INSIDE / name))]
     for inside, source in mounts.stage.items():
         argv += ["--ro-bind", str(Path(source).resolve()), str(inside)]
-    argv += ["--symlink", str(INSIDE / "scratch"), "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return [*argv, "--"]
 
 

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from assay.errors import UserError
 from assay.runner.cgroup import joiner, task_cgroup
+from assay.runner.collect import MAX_OUTPUT_BYTES
 from assay.runner.isolation import INSIDE, Mounts, choose, isolation_available, wrap
 from assay.runner.process import Finished, run_limited
 from assay.runner.task import Limits, Task, TaskResult
-from assay.runner.workspace import MAX_OUTPUT_BYTES, Workspace, check_sources, copy_in, read_output, workspace
+from assay.runner.workspace import Workspace, check_sources, copy_in, read_output, workspace
 
 COLLECTOR = str(Path(__file__).with_name("collect.py"))
 

@@ -14,15 +14,14 @@ import os
 import re
 import shutil
 import socket
-import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from assay.errors import UserError
+from assay.runner.collect import read_regular
 
-MAX_OUTPUT_BYTES = 16 * 2**20
 OWNER_FILE = ".owner"  # "host pid start-time" of the harness process using the folder
 
 
@@ -132,13 +131,4 @@ def copy_in(space: Workspace, stage: dict[str, Path]) -> None:
 
 def read_output(space: Workspace, name: str) -> bytes | None:
     """A regular file's bytes, or None when missing, a symlink, something else, or over the size cap."""
-    try:
-        fd = os.open(space.output / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_OUTPUT_BYTES:
-            return None
-        data = handle.read(MAX_OUTPUT_BYTES + 1)
-    return None if len(data) > MAX_OUTPUT_BYTES else data
+    return read_regular(space.output / name)
