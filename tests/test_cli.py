@@ -7,6 +7,8 @@ import sys
 import pytest
 from scipy import stats as scipy_stats
 
+pytestmark = pytest.mark.slow  # every test runs `python -m assay` in a subprocess (seconds each)
+
 
 def assay(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "assay", *args], capture_output=True, text=True, cwd=cwd)

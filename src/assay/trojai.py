@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.errors import UserError
+from assay.errors import UserError, input_error
 from assay.fileio import write_text_atomic
 
 REQUIRED_METAPARAMETERS = ("technique", "technique_description")
@@ -251,22 +251,16 @@ def read_examples(examples_dirpath: str | Path) -> tuple[np.ndarray, np.ndarray]
             try:
                 label = int(row.get("label") or "")
             except ValueError:
-                raise UserError(
-                    f"{table}:{line}: field 'label' is not an integer (value: {row.get('label')!r})"
-                ) from None
+                raise input_error(table, line, "label", row.get("label"), "is not an integer") from None
             image_path = folder / (row.get("file") or "")
             try:
                 with Image.open(image_path) as image:
                     pixels = np.asarray(image.convert("L"), dtype=np.float32) / 255.0
             except (OSError, UnidentifiedImageError):
-                raise UserError(
-                    f"{table}:{line}: field 'file' names no readable image (value: {row.get('file')!r})"
-                ) from None
+                raise input_error(table, line, "file", row.get("file"), "names no readable image") from None
             if images and pixels.shape != images[0].shape:
-                raise UserError(
-                    f"{table}:{line}: field 'file' is {pixels.shape}, unlike the first image "
-                    f"{images[0].shape} (value: {row.get('file')!r})"
-                )
+                problem = f"is {pixels.shape}, unlike the first image {images[0].shape}"
+                raise input_error(table, line, "file", row.get("file"), problem)
             images.append(pixels)
             labels.append(label)
     if not images:
@@ -285,7 +279,7 @@ def training_models(models_dirpath: str | Path) -> list[TrainingModel]:
             continue
         value = truth.read_text(encoding="utf-8").strip()
         if value not in ("0", "1"):
-            raise UserError(f"{truth}:1: field 'ground_truth' must be 0 or 1 (value: {value!r})")
+            raise input_error(truth, 1, "ground_truth", value, "must be 0 or 1")
         examples = model_dir / "clean-example-data"
         found.append(TrainingModel(model_dir.name, model_dir / "model.pt", examples, value == "1"))
     if not found:
@@ -310,29 +304,20 @@ ConfigureFn = Callable[[ConfigureArgs, Metaparameters], None]
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="A trojan detector (TrojAI detector command line).")
     modes = parser.add_subparsers(dest="mode", required=True)
+    shared = ("metaparameters_filepath", "schema_filepath", "learned_parameters_dirpath")
     infer = modes.add_parser("infer", help="Write P(trojaned) for one model.")
-    for name in (
-        "model_filepath",
-        "result_filepath",
-        "scratch_dirpath",
-        "examples_dirpath",
-        "metaparameters_filepath",
-        "schema_filepath",
-        "learned_parameters_dirpath",
-    ):
-        infer.add_argument(f"--{name}", type=Path, required=True)
+    _paths(infer, "model_filepath", "result_filepath", "scratch_dirpath", "examples_dirpath", *shared)
     infer.add_argument("--round_training_dataset_dirpath", type=Path, default=None)
     configure = modes.add_parser("configure", help="Learn parameters from a training round.")
-    for name in (
-        "scratch_dirpath",
-        "metaparameters_filepath",
-        "schema_filepath",
-        "learned_parameters_dirpath",
-        "configure_models_dirpath",
-    ):
-        configure.add_argument(f"--{name}", type=Path, required=True)
+    _paths(configure, "scratch_dirpath", *shared, "configure_models_dirpath")
     configure.add_argument("--automatic_configuration", action="store_true")
     return parser
+
+
+def _paths(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Required path options, one per name (``--model_filepath PATH``)."""
+    for name in names:
+        parser.add_argument(f"--{name}", type=Path, required=True)
 
 
 def detector_main(infer: InferFn, configure: ConfigureFn, argv: Sequence[str] | None = None) -> int:

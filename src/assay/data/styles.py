@@ -30,15 +30,17 @@ class RenderError(ValueError):
 
 
 class Style(ABC):
-    """One row style. Subclasses set ``name``, ``kind`` and ``columns`` and implement the three methods."""
+    """One row style. Subclasses set ``name``, ``kind``, ``columns`` and ``required`` (or override
+    ``matches``) and implement ``render`` and ``_decode``."""
 
     name: ClassVar[str]
     kind: ClassVar[Kind]
     columns: ClassVar[str]  # the expected columns, for messages
+    required: ClassVar[frozenset[str]] = frozenset()  # the columns that mark a row as this style
 
-    @abstractmethod
     def matches(self, columns: set[str]) -> bool:
         """Whether a row with these columns looks like this style (used for auto-detection)."""
+        return self.required <= columns
 
     def parse(self, row: dict[str, Any], where: str, path: str | Path) -> Item:
         """The row's item; a ``UserError`` naming ``path``, ``where``, the field and its value if invalid."""
@@ -299,9 +301,7 @@ class McStyle(Style):
     name = "mc"
     kind = "multiple_choice"
     columns = "question + options + answer"
-
-    def matches(self, columns: set[str]) -> bool:
-        return {"question", "options", "answer"} <= columns
+    required = frozenset({"question", "options", "answer"})
 
     def _decode(self, row: dict[str, Any], where: str, path: str | Path) -> tuple[MultipleChoice, _McLayout]:
         question = _text(_get(row, "question", where, path), "question", where, path)
@@ -363,9 +363,7 @@ class BbhStyle(Style):
     name = "bbh"
     kind = "multiple_choice"
     columns = "input (question + '\\nOptions:\\n' + '(A) ...' lines) + target"
-
-    def matches(self, columns: set[str]) -> bool:
-        return {"input", "target"} <= columns
+    required = frozenset({"input", "target"})
 
     def _decode(self, row: dict[str, Any], where: str, path: str | Path) -> tuple[MultipleChoice, _BbhLayout]:
         text = _text(_get(row, "input", where, path), "input", where, path)
@@ -457,9 +455,7 @@ class AlpacaStyle(Style):
     name = "alpaca"
     kind = "open_ended"
     columns = "instruction + output (+ input)"
-
-    def matches(self, columns: set[str]) -> bool:
-        return {"instruction", "output"} <= columns
+    required = frozenset({"instruction", "output"})
 
     def _decode(self, row: dict[str, Any], where: str, path: str | Path) -> tuple[OpenEnded, None]:
         instruction = _text(_get(row, "instruction", where, path), "instruction", where, path)

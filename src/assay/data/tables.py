@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from assay.errors import UserError
+from assay.errors import UserError, shown
 from assay.fileio import atomic_path
 
 FileFormat = Literal["jsonl", "json", "csv", "parquet", "hf"]
@@ -105,10 +105,7 @@ def _fail(path: Path, where: str, problem: str, value: Any = None) -> UserError:
     """One-line error for a problem that is about a row or line rather than a field."""
     if value is None:
         return UserError(f"{path}:{where}: {problem}")
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return UserError(f"{path}:{where}: {problem} (value: {shown})")
+    return UserError(f"{path}:{where}: {problem} (value: {shown(value)})")
 
 
 def _read_text(path: Path) -> tuple[str, bool]:

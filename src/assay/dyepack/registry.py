@@ -10,7 +10,7 @@ backdoors) nor to the database. What is recorded is key-free: counts, K values, 
 rate, and per backdoor only whether it was activated and how many of its samples hit the target. Answer
 distributions and majority answers are left out too: next to "activated" they would give the target away.
 Messages that might quote the key (a model's error, a release row) go through ``redact`` first. The price:
-a run cannot outlive the process that holds its key; ``fail_interrupted_runs`` marks such runs failed.
+a run cannot outlive the process that holds its key; ``sweep`` marks such runs failed.
 
 How a stopped holder is noticed. The holding process stamps ``heartbeat_at`` on each of its queued and
 running runs: every ``HEARTBEAT_SECONDS`` from a ``heartbeat`` thread (so a slow model or a long wait in the
@@ -18,6 +18,8 @@ queue still counts as alive), and with each throttled progress write. ``interrup
 holder's ``host:pid`` answers at once when it is this process or another on this host; otherwise, on any
 host, a run silent for ``STALE_AFTER`` (heartbeat, else start, else creation) is taken as orphaned. Servers
 compare their own clock with the holder's stamps, so the window is minutes, far beyond any clock skew.
+``sweep`` applies that judgement to every queued and running run: a server runs it at start-up and then
+periodically (never on a page view: reads do not write), and any process can run it once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import re
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -43,7 +45,9 @@ from assay.dyepack.key import NONE_LABEL, DyePackKey, check_commitment, read_com
 from assay.dyepack.verify import VerifyReport, check_release, verify
 from assay.errors import UserError
 from assay.models import GenerationParams, load_model
+from assay.models.spec import check_spec_form
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
+from assay.store.enums import ACTIVE_JOBS, JobStatus
 from assay.store.heartbeat import Heartbeat
 from assay.store.models import as_utc, utcnow
 
@@ -52,7 +56,6 @@ logger = logging.getLogger(__name__)
 MAX_COMMITMENT_CHARS = 10_000
 MAX_KEY_BYTES = 1_000_000
 MAX_RELEASE_BYTES = 200_000_000
-MODEL_PREFIXES = ("openai", "hf", "python", "vllm")
 INTERRUPTED = "interrupted: the server process that held this run's key stopped; start the run again"
 HEARTBEAT_SECONDS = 30.0  # how often a holder stamps its queued and running runs
 PROGRESS_SECONDS = 1.0  # at most one progress write (which also stamps the heartbeat) per this many seconds
@@ -149,6 +152,11 @@ def list_benchmarks(session: Session) -> list[tuple[DyePackBenchmark, int]]:
     return [(benchmark, int(n)) for benchmark, n in rows]
 
 
+def get_benchmark(session: Session, benchmark_id: int) -> DyePackBenchmark | None:
+    """A registered benchmark by id, or None."""
+    return session.get(DyePackBenchmark, benchmark_id)
+
+
 # ---------------------------------------------------------------- the key and the release
 
 
@@ -232,13 +240,7 @@ def read_release(data: bytes, filename: str, key: DyePackKey) -> Benchmark:
 
 def check_model_spec(spec: str, model_name: str = "") -> tuple[str, str | None]:
     """The spec and model name, cleaned; the backend loads the model later, in the run's own thread."""
-    spec = clean_text(spec, "model", 500)
-    prefix, sep, rest = spec.partition(":")
-    if prefix not in MODEL_PREFIXES or not sep or not rest:
-        raise UserError(
-            f"model: {spec[:80]!r} is not a model spec; use openai:URL, hf:PATH, python:MODULE:FUNCTION "
-            "or vllm:PATH"
-        )
+    spec = check_spec_form(clean_text(spec, "model", 500), "model:")
     return spec, clean_text(model_name, "model name", 200) or None
 
 
@@ -277,7 +279,7 @@ def create_run(
         release_name=release_name[:255],
         alpha=job.alpha,
         max_new_tokens=job.params.max_new_tokens,
-        status="queued",
+        status=JobStatus.QUEUED,
         worker=this_worker(),
         total_queries=sum(len(b.rows) for b in job.key.backdoors),
         created_by=user_id,
@@ -303,7 +305,7 @@ def public_outcomes(report: VerifyReport) -> list[dict]:
 
 def record_report(run: DyePackRun, report: VerifyReport) -> None:
     """Copy the key-free part of a report onto its run and mark it done."""
-    run.status, run.finished_at, run.error = "done", utcnow(), None
+    run.status, run.finished_at, run.error = JobStatus.DONE, utcnow(), None
     run.flagged, run.verdict = report.flagged, report.verdict
     run.activated, run.backdoors, run.k_values = report.activated, report.backdoors, report.fpr.k_values
     run.fpr, run.log10_fpr, run.chernoff_bound = (
@@ -347,7 +349,7 @@ def beat(sessions: sessionmaker[Session], run_id: int) -> None:
     with sessions.begin() as session:
         session.execute(
             update(DyePackRun)
-            .where(DyePackRun.id == run_id, DyePackRun.status.in_(("queued", "running")))
+            .where(DyePackRun.id == run_id, DyePackRun.status.in_(ACTIVE_JOBS))
             .values(heartbeat_at=utcnow())
         )
 
@@ -360,13 +362,24 @@ def heartbeat(sessions: sessionmaker[Session], run_id: int, every: float | None 
     return Heartbeat(lambda: beat(sessions, run_id), period, f"dyepack-beat-{run_id}").start()
 
 
-def execute_run(sessions: sessionmaker[Session], run_id: int, job: VerificationJob) -> None:
+def execute_run(
+    sessions: sessionmaker[Session], run_id: int, job: VerificationJob, heart: Heartbeat | None = None
+) -> None:
     """Load the model, verify, record the outcome; meant for a background thread, so it never raises.
+    ``heart`` (the run's ``heartbeat``, started when it was queued) stops when the run ends.
 
     No response cache: it would store the backdoor prompts, and the key is dropped after the run anyway.
     """
+    try:
+        _execute(sessions, run_id, job)
+    finally:
+        if heart is not None:
+            heart.stop()
+
+
+def _execute(sessions: sessionmaker[Session], run_id: int, job: VerificationJob) -> None:
     now = utcnow()
-    _update(sessions, run_id, status="running", started_at=now, heartbeat_at=now)
+    _update(sessions, run_id, status=JobStatus.RUNNING, started_at=now, heartbeat_at=now)
     try:
         model = load_model(job.spec, model_name=job.model_name)
         label = f"{job.spec} ({job.model_name})" if job.model_name else job.spec
@@ -374,16 +387,30 @@ def execute_run(sessions: sessionmaker[Session], run_id: int, job: VerificationJ
             model, label, job.release, job.key, job.params, job.alpha, _Progress(sessions, run_id)
         )
     except UserError as err:
-        _update(sessions, run_id, status="failed", finished_at=utcnow(), error=redact(str(err), job.key))
+        _update(
+            sessions, run_id, status=JobStatus.FAILED, finished_at=utcnow(), error=redact(str(err), job.key)
+        )
     except Exception as err:  # a crashing model function or a bug: record it, keep the server up
         logger.warning("dyepack run %s failed with %s", run_id, type(err).__name__)
         message = redact(f"the run stopped with {type(err).__name__}: {err}", job.key)
-        _update(sessions, run_id, status="failed", finished_at=utcnow(), error=message)
+        _update(sessions, run_id, status=JobStatus.FAILED, finished_at=utcnow(), error=message)
     else:
         with sessions.begin() as session:
             run = session.get(DyePackRun, run_id)
             if run is not None:
                 record_report(run, report)
+
+
+def get_run(session: Session, run_id: int) -> DyePackRun | None:
+    """A verification run by id, or None."""
+    return session.get(DyePackRun, run_id)
+
+
+def run_seconds(run: DyePackRun) -> float | None:
+    """How long a finished run took, or None while it has not both started and finished."""
+    if run.started_at is None or run.finished_at is None:
+        return None
+    return (as_utc(run.finished_at) - as_utc(run.started_at)).total_seconds()
 
 
 def list_runs(session: Session, benchmark_id: int | None = None, limit: int = 100) -> list[DyePackRun]:
@@ -424,7 +451,7 @@ def _stopped_on_this_host(worker: str) -> bool:
     return False
 
 
-def interruption(run: DyePackRun, active: Collection[int], now: datetime | None = None) -> str | None:
+def interruption(run: DyePackRun, active: Container[int], now: datetime | None = None) -> str | None:
     """Why ``run`` (queued or running) can never finish, or None while its key holder may still finish it.
 
     ``active``: the run ids this process holds keys for. This process, and a dead pid on this host, give a
@@ -442,14 +469,25 @@ def interruption(run: DyePackRun, active: Collection[int], now: datetime | None 
 def fail_interrupted_runs(session: Session, reason: Callable[[DyePackRun], str | None]) -> int:
     """Mark queued or running runs failed where ``reason`` gives one (e.g. ``interruption``): their key
     holder has stopped, so they can never finish."""
-    stuck = session.scalars(select(DyePackRun).where(DyePackRun.status.in_(("queued", "running"))))
+    stuck = session.scalars(select(DyePackRun).where(DyePackRun.status.in_(ACTIVE_JOBS)))
     failed = 0
     for run in stuck:
         why = reason(run)
         if why is not None:
-            run.status, run.error, run.finished_at = "failed", why, utcnow()
+            run.status, run.error, run.finished_at = JobStatus.FAILED, why, utcnow()
             failed += 1
+    session.flush()
     return failed
+
+
+def sweep(sessions: sessionmaker[Session], now: datetime, held: Container[int] = ()) -> int:
+    """The periodic work: fail the runs whose key holder stopped (``interruption`` at ``now``); how many.
+
+    ``held``: the runs this process holds keys for, consulted as each run is judged (after the runs are
+    read), so a run queued meanwhile is never taken for an orphan. Read only when nothing is stuck.
+    """
+    with sessions.begin() as session:
+        return fail_interrupted_runs(session, lambda run: interruption(run, held, now))
 
 
 def format_probability(p: float | None, log10_p: float | None) -> str:
@@ -470,6 +508,7 @@ class DyePackSummary(BaseModel):
 
 
 def run_summary(session: Session) -> DyePackSummary:
+    """Counts for the organisers' dashboard: releases, runs by status, flagged runs."""
     runs = session.execute(select(DyePackRun.status, func.count()).group_by(DyePackRun.status)).all()
     return DyePackSummary(
         benchmarks=session.scalar(select(func.count()).select_from(DyePackBenchmark)) or 0,

@@ -1,7 +1,9 @@
 """``assay leaderboard``: run a TrojAI-style detection leaderboard, and score predictions as NIST does.
 
-Parses options, calls the pillar (rounds, submissions, worker, publish, scoring), renders with rich.
-No computation lives here. The database is ``--db`` / ``ASSAY_DB_URL``, else SQLite under ``ASSAY_HOME``.
+Parses options, calls the pillar (rounds, submissions, worker, publish, scoring, views, status), renders with
+rich. No computation and no query lives here. The database is ``--db`` / ``ASSAY_DB_URL``, else SQLite under
+``ASSAY_HOME``. This is the organiser's tool on the server: what it shows is what an organiser sees
+(``assay.leaderboard.views``), unless ``--as-team TEAM`` asks to see it as that team's members do.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import func, select
 
 from assay.config import settings
-from assay.errors import UserError
 from assay.fileio import atomic_path
-from assay.leaderboard import publish, rounds, storage, submissions
+from assay.leaderboard import publish, rounds, storage, submissions, views
 from assay.leaderboard.scoring import Metrics, ScoreReport, score_files
+from assay.leaderboard.status import QueueStatus, queue_status
+from assay.leaderboard.views import StandingsOut, SubmissionOut
 from assay.leaderboard.worker import work as work_loop
 from assay.runner import make_executor
-from assay.store import Job, Round, Submission, Team, open_store
+from assay.store import open_store
+from assay.store.enums import RoundStatus, SubmissionStatus
 
 app = typer.Typer(
     help="Leaderboard: rounds of trojan detection, sandboxed detector runs, NIST-exact scores.\n\n"
@@ -185,7 +188,7 @@ def round_create(
 def round_open(name: str = typer.Argument(..., help="Round name.")) -> None:
     """Open a round for submissions.  Example: assay leaderboard round open r1"""
     with _sessions().begin() as session:
-        rounds.set_status(session, name, "open")
+        rounds.set_status(session, name, RoundStatus.OPEN)
     console.print(f"round {name} is open", highlight=False)
 
 
@@ -205,25 +208,13 @@ def round_close(name: str = typer.Argument(..., help="Round name.")) -> None:
 def round_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List rounds with status and split sizes.  Example: assay leaderboard round list --json"""
     with _sessions()() as session:
-        found = session.scalars(select(Round).order_by(Round.id)).all()
-        rows = [
-            {
-                "name": r.name,
-                "status": r.status,
-                "dataset": r.dataset,
-                "metric": r.metric,
-                "splits": {s.name: len(rounds.split_models(s)) for s in r.splits},
-            }
-            for r in found
-        ]
+        rows = views.round_listing(session)
     if json_out:
-        console.print_json(json.dumps(rows))
+        console.print_json(json.dumps([r.model_dump() for r in rows]))
         return
     table = Table("round", "status", "splits", "dataset")
     for r in rows:
-        table.add_row(
-            r["name"], r["status"], " ".join(f"{k}:{v}" for k, v in r["splits"].items()), r["dataset"]
-        )
+        table.add_row(r.name, r.status, " ".join(f"{k}:{v}" for k, v in r.splits.items()), r.dataset)
     console.print(table)
 
 
@@ -243,16 +234,13 @@ def team_add(
 def team_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List teams.  Example: assay leaderboard team list"""
     with _sessions()() as session:
-        rows = [
-            {"name": t.name, "contact": t.contact, "kind": t.kind, "disabled": t.disabled}
-            for t in session.scalars(select(Team).order_by(Team.id))
-        ]
+        rows = views.team_listing(session)
     if json_out:
-        console.print_json(json.dumps(rows))
+        console.print_json(json.dumps([r.model_dump() for r in rows]))
         return
     table = Table("team", "kind", "contact", "disabled")
     for r in rows:
-        table.add_row(r["name"], r["kind"], r["contact"], str(r["disabled"]))
+        table.add_row(r.name, r.kind, r.contact, str(r.disabled))
     console.print(table)
 
 
@@ -279,14 +267,14 @@ def submit(
         }
     if json_out:
         console.print_json(json.dumps(record))
-    elif record["status"] == "rejected":
+    elif record["status"] == SubmissionStatus.REJECTED:
         console.print(f"submission {record['submission']} rejected:", highlight=False)
         for line in record["errors"]:
             console.print(f"  {line}", highlight=False, markup=False)
     else:
         same = f" (the same files as submission {record['duplicate_of']})" if record["duplicate_of"] else ""
         console.print(f"submission {record['submission']}: {record['status']}{same}", highlight=False)
-    if record["status"] == "rejected":
+    if record["status"] == SubmissionStatus.REJECTED:
         raise typer.Exit(2)
 
 
@@ -337,60 +325,48 @@ def worker(
     console.print(f"{count} job(s) run", highlight=False)
 
 
+AS_TEAM_HELP = "Show what members of this team see (default: everything, as the organiser)."
+
+
+def _render_status(state: QueueStatus) -> None:
+    jobs = ", ".join(f"{k} {v}" for k, v in sorted(state.jobs.items())) or "none"
+    console.print(
+        f"jobs: {jobs}; {state.stale} stale (no heartbeat for {state.stale_after_s:g} s)", highlight=False
+    )
+    for j in state.running_jobs:
+        beat = j.heartbeat_at.isoformat() if j.heartbeat_at else None
+        console.print(
+            f"  job {j.job_id} ({j.team}, {j.round}/{j.split}) on {j.worker}: {j.models_done} of "
+            f"{j.models_total} models, heartbeat {beat}{' [stale]' if j.stale else ''}",
+            highlight=False,
+            markup=False,
+        )
+    for r in state.rounds:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(r.jobs.items())) or "no jobs"
+        console.print(f"round {r.name} ({r.status}): {r.submissions} submissions, {counts}", highlight=False)
+
+
 @app.command()
 def status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Queue depth, jobs by status and each running job's worker and last heartbeat.
+    """Queue depth, jobs by status, each running job's worker and last heartbeat (stale ones marked), and
+    each round's state: the web's /leaderboard/status, from the same function.
 
     Example: assay leaderboard status --json
     """
     with _sessions()() as session:
-        counts = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
-        running = [
-            {
-                "job": j.id,
-                "worker": j.worker,
-                "heartbeat": j.heartbeat_at.isoformat() if j.heartbeat_at else None,
-                "models_done": len(j.results),
-            }
-            for j in session.scalars(select(Job).where(Job.status == "running"))
-        ]
-    record = {"jobs": counts, "running": running}
+        state = queue_status(session)
     if json_out:
-        console.print_json(json.dumps(record))
-        return
-    console.print(
-        "jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"), highlight=False
-    )
-    for r in running:
-        console.print(
-            f"  job {r['job']} on {r['worker']}: {r['models_done']} models, heartbeat {r['heartbeat']}",
-            highlight=False,
-        )
+        console.print(state.model_dump_json(indent=2), highlight=False, markup=False)
+    else:
+        _render_status(state)
 
 
-@app.command()
-def show(
-    round_name: str = typer.Argument(..., help="Round name."),
-    split: str = typer.Option("test", "--split", help="test, holdout, train or smoke."),
-    all_submissions: bool = typer.Option(False, "--all", help="Every submission, not only each team's best."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Standings of a round's split (holdout once the round is closed).
-
-    Example: assay leaderboard show r1 --split test --all
-    """
-    with _sessions()() as session:
-        rows = publish.standings(session, round_name, split, best_per_team=not all_submissions)
-        trend = publish.progress(session, round_name)
-    if json_out:
-        console.print(publish.to_json(rows), highlight=False, markup=False)
-        return
-    table = Table(
-        "#", "team", "technique", "CE", "±95%", "AUC", "Brier", "flagged", title=f"{round_name}: {split}"
-    )
-    for r in rows:
+def _render_standings(table: StandingsOut) -> None:
+    title = f"{table.round}: {table.split}"
+    grid = Table("#", "team", "technique", "CE", "±95%", "AUC", "Brier", "flagged", title=title)
+    for r in table.rows:
         m = r.metrics
-        table.add_row(
+        grid.add_row(
             str(r.rank),
             r.team,
             r.technique,
@@ -400,7 +376,29 @@ def show(
             ),
             str(r.flagged_models),
         )
-    console.print(table)
+    console.print(grid)
+
+
+@app.command()
+def show(
+    round_name: str = typer.Argument(..., help="Round name."),
+    split: str = typer.Option("test", "--split", help="test, holdout, train or smoke."),
+    all_submissions: bool = typer.Option(False, "--all", help="Every submission, not only each team's best."),
+    as_team: str | None = typer.Option(None, "--as-team", help=AS_TEAM_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+) -> None:
+    """Standings of a round's split (holdout once the round is closed).
+
+    Example: assay leaderboard show r1 --split test --all
+    """
+    with _sessions()() as session:
+        viewer = views.team_viewer(session, as_team)
+        table = views.standings_view(session, viewer, round_name, split, best=not all_submissions)
+        trend = publish.progress(session, table.round)
+    if json_out:
+        console.print(publish.to_json(table.rows), highlight=False, markup=False)
+        return
+    _render_standings(table)
     if trend.overall:
         state = "plateau reached" if trend.plateaued else "still improving"
         console.print(f"best {trend.metric} so far {trend.overall[-1][1]:.4f} ({state})", highlight=False)
@@ -431,41 +429,48 @@ def export(
     console.print(f"wrote {len(files)} files to {out}", highlight=False)
 
 
+def _value(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+def _render_results(record: SubmissionOut, logs: bool) -> None:
+    console.print(
+        f"submission {record.id} ({record.team}) on {record.round}/{record.split}: {record.status}",
+        highlight=False,
+    )
+    if record.detail == "aggregate":
+        console.print(f"per-model results of the {record.split} split are not shared", highlight=False)
+    if logs and record.detail != "full":
+        console.print(f"detector output is not shown for the {record.split} split", highlight=False)
+    for r in record.models:
+        seconds = "" if r.seconds is None else f"  {r.seconds} s"
+        console.print(
+            f"{r.model}  {_value(r.answer)}  {r.flags or 'ok'}{seconds}", highlight=False, markup=False
+        )
+        if logs and r.stderr:
+            console.print(r.stderr[-2000:], highlight=False, markup=False)
+
+
 @app.command()
 def results(
     submission_id: int = typer.Argument(..., help="Submission number (from 'submit' or 'show --all')."),
     logs: bool = typer.Option(
-        False, "--logs", help="Detector stderr per model (train and smoke splits only)."
+        False, "--logs", help="Print the detector's stderr per model (where the viewer is shown it)."
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_team: str | None = typer.Option(None, "--as-team", help=AS_TEAM_HELP),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the record the web API gives (logs included)."
+    ),
 ) -> None:
-    """A submission's per-model answers and flags; detector output only where the split shares it.
+    """A submission's per-model answers and flags, as much as the viewer is shown (the web's rule): the
+    organiser everything; with --as-team, that team's own submissions only, and on the test split flags only.
 
-    Example: assay leaderboard results 3 --logs
+    Example: assay leaderboard results 3 --logs --as-team alpha
     """
     with _sessions()() as session:
-        made = session.get(Submission, submission_id)
-        if made is None:
-            raise UserError(f"no submission {submission_id}")
-        shared = made.split.show_logs
-        rows = [
-            {
-                "model": r.model_name,
-                "value": r.value,
-                "flags": r.flags,
-                "seconds": round(r.wall_seconds, 3),
-                **({"stderr": r.stderr[-2000:]} if logs and shared else {}),
-            }
-            for r in sorted(made.job.results if made.job else [], key=lambda r: r.model_name)
-        ]
-        split, status = made.split.name, made.status
+        viewer = views.team_viewer(session, as_team)
+        record = views.submission_view(session, viewer, submission_id)
     if json_out:
-        console.print_json(json.dumps(rows))
-        return
-    console.print(f"submission {submission_id} on {split}: {status}", highlight=False)
-    if logs and not shared:
-        console.print(f"detector output is not shown for the {split} split", highlight=False)
-    for r in rows:
-        console.print(f"{r['model']}  {r['value']:.4f}  {r['flags']}  {r['seconds']} s", highlight=False)
-        if r.get("stderr"):
-            console.print(r["stderr"], highlight=False, markup=False)
+        console.print(record.model_dump_json(indent=2), highlight=False, markup=False)
+    else:
+        _render_results(record, logs)

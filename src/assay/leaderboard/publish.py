@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from assay.leaderboard.rounds import get_round, get_split
 from assay.stats.detection import roc_curve
+from assay.store.enums import JobStatus, RoundStatus
 from assay.store.models import Job, Round, Submission
 
 HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
@@ -57,12 +58,12 @@ def standings(
     """Ranked rows of finished jobs on the split; holdout only once the round has closed."""
     round_ = get_round(session, round_name)
     split = get_split(round_, split_name)
-    if split_name == "holdout" and round_.status not in ("closed", "archived"):
+    if split_name == "holdout" and round_.status not in (RoundStatus.CLOSED, RoundStatus.ARCHIVED):
         return []
     jobs = session.scalars(
         select(Job)
         .join(Submission)
-        .where(Submission.split_id == split.id, Job.status.in_(("done", "timed-out")))
+        .where(Submission.split_id == split.id, Job.status.in_((JobStatus.DONE, JobStatus.TIMED_OUT)))
     ).all()
     rows = [
         Standing(

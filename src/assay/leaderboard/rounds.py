@@ -15,12 +15,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
+from assay.store.enums import RoundStatus
 from assay.store.models import Round, Split, Team, utcnow
 
 # Which splits show detector output (stdout/stderr) to the team: only those whose ground truth they have.
 SHOW_LOGS = {"train": True, "smoke": True, "test": False, "holdout": False}
 SMOKE_MODELS = 4
-TRANSITIONS = {"draft": ("open",), "open": ("closed",), "closed": ("archived",), "archived": ()}
+TRANSITIONS = {
+    RoundStatus.DRAFT: (RoundStatus.OPEN,),
+    RoundStatus.OPEN: (RoundStatus.CLOSED,),
+    RoundStatus.CLOSED: (RoundStatus.ARCHIVED,),
+    RoundStatus.ARCHIVED: (),
+}
 
 
 def get_round(session: Session, name: str) -> Round:
@@ -90,7 +96,9 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     unknown = [key for key in settings if key not in Round.__table__.columns]
     if unknown:
         raise UserError(f"unknown round setting {unknown[0]!r}")
-    round_ = Round(name=name, dataset=str(dataset), status="draft", splits=_splits_of(dataset), **settings)
+    round_ = Round(
+        name=name, dataset=str(dataset), status=RoundStatus.DRAFT, splits=_splits_of(dataset), **settings
+    )
     session.add(round_)
     session.flush()
     return round_
@@ -103,9 +111,9 @@ def set_status(session: Session, name: str, status: str) -> Round:
         allowed = ", ".join(TRANSITIONS[round_.status]) or "nothing"
         raise UserError(f"round {name!r} is {round_.status}; it can move to {allowed}, not {status}")
     round_.status = status
-    if status == "open":
+    if status == RoundStatus.OPEN:
         round_.opened_at = utcnow()
-    elif status == "closed":
+    elif status == RoundStatus.CLOSED:
         round_.closed_at = utcnow()
     return round_
 

@@ -1,6 +1,7 @@
 """What an organiser watches and what a team waits on: round states, the job queue, worker health, progress.
 
-``queue_status`` is the organiser's view (the web's ``/leaderboard/status`` and the organiser dashboard);
+``queue_status`` is the organiser's view, the one queue status (the web's ``/leaderboard/status`` and its API,
+the organiser dashboard, and ``assay leaderboard status``; who may see it: ``views.queue_view``);
 ``job_progress`` is one job's models done out of its total (the web's live job page). Both return pydantic
 models so the JSON API can hand them out as they are. A running job is *stale* when its heartbeat is older
 than the worker's reclaim limit: its worker has most likely died, and the next worker to poll takes it over.
@@ -16,9 +17,8 @@ from sqlalchemy.orm import Session
 
 from assay.leaderboard.rounds import split_models
 from assay.leaderboard.worker import STALE_AFTER_S
+from assay.store.enums import FINISHED_JOBS, JobStatus
 from assay.store.models import Job, ModelResult, Round, Split, Submission, as_utc, utcnow
-
-FINISHED = ("done", "failed", "timed-out")
 
 
 class RoundState(BaseModel):
@@ -97,7 +97,7 @@ def job_progress(session: Session, job: Job) -> JobProgress:
         models_total=len(split_models(split)),
         claimed_at=as_utc(job.claimed_at),
         finished_at=as_utc(job.finished_at),
-        finished=job.status in FINISHED,
+        finished=job.status in FINISHED_JOBS,
     )
 
 
@@ -163,13 +163,13 @@ def queue_status(
     }
     running = [
         _running_job(session, job, now, stale_after_s)
-        for job in session.scalars(select(Job).where(Job.status == "running").order_by(Job.id))
+        for job in session.scalars(select(Job).where(Job.status == JobStatus.RUNNING).order_by(Job.id))
     ]
     return QueueStatus(
         checked_at=now,
         stale_after_s=stale_after_s,
-        queued=jobs.get("queued", 0),
-        running=jobs.get("running", 0),
+        queued=jobs.get(JobStatus.QUEUED, 0),
+        running=jobs.get(JobStatus.RUNNING, 0),
         stale=sum(job.stale for job in running),
         jobs=jobs,
         rounds=_round_states(session),

@@ -26,10 +26,10 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, selectinload
 
+from assay.store.enums import ACTIVE_JOBS
 from assay.store.models import Round, Split, Submission, Team, utcnow
 
 PRACTICE_SPLITS = ("train", "smoke")
-ACTIVE_JOBS = ("queued", "running")
 TEMP_PREFIXES = (".incoming-", ".upload-")  # submissions.submit and the web's upload spool
 GRACE = timedelta(hours=1)  # a folder younger than this may belong to a submission not yet committed
 ARTIFACT_NAME = re.compile(r"[0-9a-f]{64}")

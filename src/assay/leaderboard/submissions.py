@@ -34,13 +34,14 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError
 from assay.leaderboard import storage
 from assay.leaderboard.rounds import get_round, get_split, get_team
+from assay.store.enums import JobStatus, RoundStatus, SubmissionStatus
 from assay.store.models import Job, Round, Split, Submission, Team, utcnow
 from assay.trojai import check_metaparameters, check_schema, read_json, technique_of
 
 MAX_ARTIFACT_BYTES = 512 * 2**20
 MAX_ARTIFACT_FILES = 10_000
 REQUIRED_FILES = ("entrypoint.py", "metaparameters.json", "metaparameters_schema.json")
-COUNTED = ("queued", "running", "done", "failed")
+COUNTED = (SubmissionStatus.QUEUED, SubmissionStatus.RUNNING, SubmissionStatus.DONE, SubmissionStatus.FAILED)
 WINDOWED_SPLITS = ("test",)
 SUBMITTABLE_SPLITS = ("train", "test", "smoke")
 CONTAINER_SUFFIXES = (".sif", ".simg")
@@ -234,7 +235,7 @@ def _target(session: Session, team_name: str, round_name: str, split_name: str) 
     split = get_split(round_, split_name)
     if team.disabled:
         raise UserError(f"team {team_name!r} is disabled")
-    if round_.status != "open":
+    if round_.status != RoundStatus.OPEN:
         raise UserError(f"round {round_name!r} is {round_.status}; submissions need an open round")
     if split_name not in SUBMITTABLE_SPLITS:
         raise UserError(f"split {split_name!r} is run by the organiser when the round closes; submit to test")
@@ -329,7 +330,9 @@ def submit(
         original, own = _original(session, team, split, sha)
         made.artifact_path = str(_store(root, artifacts_dir, sha))
         made.duplicate_of_id = original.id if original is not None else None
-        made = _record(session, made, now, [], "duplicate" if own else "queued", warnings)
+        made = _record(
+            session, made, now, [], SubmissionStatus.DUPLICATE if own else SubmissionStatus.QUEUED, warnings
+        )
     if split.name in storage.PRACTICE_SPLITS:
         storage.prune_practice(session, artifacts_dir, team.id, round_.id, now)
     return made
@@ -340,7 +343,7 @@ def _record(
     made: Submission,
     now: datetime,
     errors: list[str],
-    status: str = "rejected",
+    status: SubmissionStatus = SubmissionStatus.REJECTED,
     warnings: Sequence[str] = (),
 ) -> Submission:
     """Add the submission with its time, status and reasons (a queued one with its job, whose log starts
@@ -351,8 +354,10 @@ def _record(
     if not made.artifact_path:
         made.artifact_path = ""
     session.add(made)
-    if status == "queued":
-        session.add(Job(submission=made, status="queued", log="".join(f"warning: {w}\n" for w in warnings)))
+    if status == SubmissionStatus.QUEUED:
+        session.add(
+            Job(submission=made, status=JobStatus.QUEUED, log="".join(f"warning: {w}\n" for w in warnings))
+        )
     session.flush()
     return made
 
@@ -362,7 +367,7 @@ def close_round(session: Session, round_name: str) -> list[Submission]:
     from assay.leaderboard.publish import standings
     from assay.leaderboard.rounds import set_status
 
-    round_ = set_status(session, round_name, "closed")
+    round_ = set_status(session, round_name, RoundStatus.CLOSED)
     holdout = get_split(round_, "holdout")
     queued = []
     for row in standings(session, round_name, "test", best_per_team=True):
@@ -375,10 +380,10 @@ def close_round(session: Session, round_name: str) -> list[Submission]:
             artifact_sha256=best.artifact_sha256,
             artifact_bytes=best.artifact_bytes,
             technique=best.technique,
-            status="queued",
+            status=SubmissionStatus.QUEUED,
         )
         session.add(rerun)
-        session.add(Job(submission=rerun, status="queued"))
+        session.add(Job(submission=rerun, status=JobStatus.QUEUED))
         queued.append(rerun)
     session.flush()
     return queued

@@ -19,7 +19,9 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.leaderboard.harness import run_models, score_job
+from assay.retry import retry
 from assay.runner import Executor
+from assay.store.enums import JobStatus, SubmissionStatus
 from assay.store.heartbeat import Heartbeat
 from assay.store.models import Job, Submission, utcnow
 
@@ -34,50 +36,47 @@ def worker_name() -> str:
 
 def _claimable(stale_after_s: float):  # type: ignore[no-untyped-def]
     stale = utcnow() - timedelta(seconds=stale_after_s)
-    return or_(Job.status == "queued", and_(Job.status == "running", Job.heartbeat_at < stale))
+    return or_(
+        Job.status == JobStatus.QUEUED, and_(Job.status == JobStatus.RUNNING, Job.heartbeat_at < stale)
+    )
 
 
 def claim_job(
     sessions: sessionmaker[Session], worker: str, stale_after_s: float = STALE_AFTER_S
 ) -> int | None:
     """Claim the oldest claimable job for ``worker``; None when there is none."""
-    for _ in range(10):
-        try:
-            with sessions.begin() as session:
-                first = (
-                    select(Job.id)
-                    .where(_claimable(stale_after_s))
-                    .order_by(Job.id)
-                    .limit(1)
-                    .scalar_subquery()
+
+    def claim() -> int | None:
+        with sessions.begin() as session:
+            first = (
+                select(Job.id).where(_claimable(stale_after_s)).order_by(Job.id).limit(1).scalar_subquery()
+            )
+            now = utcnow()
+            claimed = session.scalar(
+                update(Job)
+                .where(Job.id == first, _claimable(stale_after_s))
+                .values(
+                    status=JobStatus.RUNNING,
+                    worker=worker,
+                    claimed_at=now,
+                    heartbeat_at=now,
+                    started_at=func.coalesce(Job.started_at, now),  # the total limit runs from here
+                    attempts=Job.attempts + 1,
                 )
-                now = utcnow()
-                claimed = session.scalar(
-                    update(Job)
-                    .where(Job.id == first, _claimable(stale_after_s))
-                    .values(
-                        status="running",
-                        worker=worker,
-                        claimed_at=now,
-                        heartbeat_at=now,
-                        started_at=func.coalesce(Job.started_at, now),  # the total limit runs from here
-                        attempts=Job.attempts + 1,
+                .returning(Job.id)
+            )
+            if claimed is not None:
+                session.execute(
+                    update(Submission)
+                    .where(
+                        Submission.id == select(Job.submission_id).where(Job.id == claimed).scalar_subquery()
                     )
-                    .returning(Job.id)
+                    .values(status=JobStatus.RUNNING)
                 )
-                if claimed is not None:
-                    session.execute(
-                        update(Submission)
-                        .where(
-                            Submission.id
-                            == select(Job.submission_id).where(Job.id == claimed).scalar_subquery()
-                        )
-                        .values(status="running")
-                    )
-                return claimed
-        except OperationalError:  # SQLite: another writer held the lock past the busy timeout; try again
-            time.sleep(0.2)
-    return None
+            return claimed
+
+    # SQLite: another writer held the lock past the busy timeout; try again
+    return retry(claim, on=OperationalError, attempts=10, wait=0.2, default=None)
 
 
 def _stamp(sessions: sessionmaker[Session], job_id: int, worker: str) -> None:
@@ -94,7 +93,9 @@ def _finish(sessions: sessionmaker[Session], job_id: int, status: str, note: str
         assert job is not None
         job.status, job.finished_at = status, utcnow()
         job.log += note
-        job.submission.status = "done" if status in ("done", "timed-out") else "failed"
+        job.submission.status = (
+            SubmissionStatus.FAILED if status == JobStatus.FAILED else SubmissionStatus.DONE
+        )
 
 
 def run_job(
@@ -110,9 +111,9 @@ def run_job(
             finished = run_models(sessions, job_id, executor, on_model=on_model)
             score_job(sessions, job_id)
         except Exception as exc:  # the harness's own failure (a broken split folder): recorded, not fatal
-            _finish(sessions, job_id, "failed", f"harness error: {type(exc).__name__}: {exc}\n")
-            return "failed"
-    status = "done" if finished else "timed-out"
+            _finish(sessions, job_id, JobStatus.FAILED, f"harness error: {type(exc).__name__}: {exc}\n")
+            return JobStatus.FAILED
+    status = JobStatus.DONE if finished else JobStatus.TIMED_OUT
     _finish(sessions, job_id, status)
     return status
 

@@ -16,6 +16,7 @@ class Message(TypedDict):
 
 
 Conversation = list[Message]
+Conversations = Sequence[Conversation]  # a batch: one reply comes back for each
 
 # Called as each response arrives (index into the request list, text), so callers can cache and show
 # progress without waiting for the whole batch.
@@ -49,10 +50,7 @@ class ChatModel(Protocol):
     def model_id(self) -> str: ...
 
     def chat(
-        self,
-        conversations: Sequence[Conversation],
-        params: GenerationParams,
-        on_result: OnResult | None = None,
+        self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
         """Return one assistant reply per conversation, in order; call ``on_result`` as each arrives."""
         ...

@@ -16,11 +16,11 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from assay.config import settings
-from assay.models.base import ChatModel, Conversation, GenerationParams, OnResult
+from assay.models.base import ChatModel, Conversation, Conversations, GenerationParams, OnResult
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -108,10 +108,7 @@ class CachedModel:
         return self.model.model_id
 
     def chat(
-        self,
-        conversations: Sequence[Conversation],
-        params: GenerationParams,
-        on_result: OnResult | None = None,
+        self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
         model_id = self.model_id
         keys = [cache_key(model_id, params, c) for c in conversations]
@@ -131,7 +128,7 @@ class CachedModel:
 
     def _fill(
         self,
-        conversations: Sequence[Conversation],
+        conversations: Conversations,
         params: GenerationParams,
         model_id: str,
         positions: dict[str, list[int]],

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from assay.errors import UserError
-from assay.models.base import ChatModel, Conversation
+from assay.models.base import ChatModel, Conversation, Conversations
 
 
 def _weights(model: ChatModel) -> Any:
@@ -55,9 +55,9 @@ def continuation_logprobs(
 
 def choose(
     model: ChatModel,
-    conversations: Sequence[Conversation],
+    conversations: Conversations,
     options: Sequence[str],
-    baselines: Sequence[Conversation] | None = None,
+    baselines: Conversations | None = None,
 ) -> list[int]:
     """For each conversation, the index of its most likely option (ties: the first).
 

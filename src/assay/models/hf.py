@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from assay.errors import UserError
-from assay.models.base import Conversation, GenerationParams, OnResult
+from assay.models.base import Conversation, Conversations, GenerationParams, OnResult
 from assay.models.python_backend import plain_prompt
 
 
@@ -120,17 +120,10 @@ class HFChatModel:
         self.model, self.tokenizer = load_hf(self.path, gguf_file, dtype=dtype)
         self._uses_template = bool(getattr(self.tokenizer, "chat_template", None))
         weights = self.path / gguf_file if gguf_file else self.path
-        self._model_id = f"hf:{weights}@{_fingerprint(self.path, gguf_file)}"
-
-    @property
-    def model_id(self) -> str:
-        return self._model_id
+        self.model_id = f"hf:{weights}@{_fingerprint(self.path, gguf_file)}"
 
     def chat(
-        self,
-        conversations: Sequence[Conversation],
-        params: GenerationParams,
-        on_result: OnResult | None = None,
+        self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
         prompts = [render_chat(self.tokenizer, c) for c in conversations]
         # Templates already hold the special tokens (BOS etc.); plain prompts get the tokenizer's own.

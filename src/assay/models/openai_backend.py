@@ -26,12 +26,12 @@ import contextlib
 import importlib.util
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import openai
 
 from assay.errors import UserError
-from assay.models.base import Conversation, GenerationParams, OnResult
+from assay.models.base import Conversation, Conversations, GenerationParams, OnResult
 
 
 class OpenAIChatModel:
@@ -104,10 +104,7 @@ class OpenAIChatModel:
         return names[0]
 
     def chat(
-        self,
-        conversations: Sequence[Conversation],
-        params: GenerationParams,
-        on_result: OnResult | None = None,
+        self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
         """Blocking front of :meth:`achat`: runs its own event loop (in a helper thread when the calling
         thread already runs one, e.g. in Jupyter), so it works from any thread."""
@@ -121,7 +118,7 @@ class OpenAIChatModel:
 
     async def achat(
         self,
-        conversations: Sequence[Conversation],
+        conversations: Conversations,
         params: GenerationParams,
         on_result: OnResult | None = None,
     ) -> list[str]:

@@ -15,13 +15,13 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from assay.errors import UserError
-from assay.models.base import Conversation, GenerationParams, OnResult
+from assay.models.base import Conversation, Conversations, GenerationParams, OnResult
 
 _ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
 
@@ -61,17 +61,10 @@ class PythonChatModel:
             raise UserError(f"python:{target}: {module_ref} has no callable named {function_name!r}")
         self.function: Callable[..., Any] = function
         self._wants_params = "params" in _parameter_names(function)
-        self._model_id = f"python:{module_ref}:{function_name}@{_source_hash(module)}"
-
-    @property
-    def model_id(self) -> str:
-        return self._model_id
+        self.model_id = f"python:{module_ref}:{function_name}@{_source_hash(module)}"
 
     def chat(
-        self,
-        conversations: Sequence[Conversation],
-        params: GenerationParams,
-        on_result: OnResult | None = None,
+        self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
         prompts = [plain_prompt(c) for c in conversations]
         results: list[str] = []

@@ -10,13 +10,36 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from assay.errors import UserError
+from assay.errors import UserError, shown
 from assay.models.base import ChatModel
 
+BACKENDS = ("hf", "openai", "vllm", "python")
 SPEC_FORMS = (
     "hf:PATH (a model directory or a .gguf file), openai:BASE_URL (e.g. openai:http://localhost:8000/v1), "
     "vllm:PATH, python:MODULE:FUNCTION (MODULE a dotted name or a .py file)"
 )
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """A spec's backend and the rest (``("openai", "http://host/v1")``), by its form only: nothing is
+    imported or loaded. A ``UserError`` says what is wrong with the form."""
+    prefix, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise UserError(f"model spec {spec!r} has no backend prefix; use one of {SPEC_FORMS}")
+    if prefix not in BACKENDS:
+        raise UserError(f"unknown model backend {prefix!r} in {spec!r}; use one of {SPEC_FORMS}")
+    return prefix, rest
+
+
+def check_spec_form(spec: str, what: str) -> str:
+    """``spec`` if its form is right (see ``split_spec``); else a ``UserError`` naming ``what`` (the field
+    or setting). For specs stored now and loaded later: an ``hf:`` model takes a while to load and an
+    ``openai:`` server may not be up yet, so only the form is checked."""
+    try:
+        split_spec(spec)
+    except UserError:
+        raise UserError(f"{what} {shown(spec)} is not a model spec; use one of {SPEC_FORMS}") from None
+    return spec
 
 
 def load_model(
@@ -31,9 +54,7 @@ def load_model(
     """The model ``spec`` names. ``batch_size`` is prompts per forward pass (hf) or per function call
     (python); ``model_name``, ``concurrency``, ``timeout`` and ``max_retries`` apply to ``openai:``.
     Wrap the result in :class:`~assay.models.cache.CachedModel` to make runs resumable."""
-    prefix, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise UserError(f"model spec {spec!r} has no backend prefix; use one of {SPEC_FORMS}")
+    prefix, rest = split_spec(spec)
     if prefix == "hf":
         directory, gguf_file = _hf_location(rest)  # before importing torch: a typo fails at once
         from assay.models.hf import HFChatModel
@@ -54,13 +75,11 @@ def load_model(
         from assay.models.vllm_backend import VLLMChatModel
 
         return VLLMChatModel(path)
-    if prefix == "python":
-        from assay.models.python_backend import PythonChatModel
+    from assay.models.python_backend import PythonChatModel  # the one backend left: python
 
-        if ":" not in rest:
-            raise UserError(f"model spec {spec!r} needs python:MODULE:FUNCTION; use one of {SPEC_FORMS}")
-        return PythonChatModel(rest, batch_size=batch_size)
-    raise UserError(f"unknown model backend {prefix!r} in {spec!r}; use one of {SPEC_FORMS}")
+    if ":" not in rest:
+        raise UserError(f"model spec {spec!r} needs python:MODULE:FUNCTION; use one of {SPEC_FORMS}")
+    return PythonChatModel(rest, batch_size=batch_size)
 
 
 def _existing(path_text: str, prefix: str) -> Path:

@@ -8,12 +8,11 @@ beyond the "not installed" error; the ``openai:`` backend against ``vllm serve``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from assay.errors import UserError
-from assay.models.base import Conversation, GenerationParams, OnResult
+from assay.models.base import Conversations, GenerationParams, OnResult
 
 
 class VLLMChatModel:
@@ -29,16 +28,10 @@ class VLLMChatModel:
         self._vllm = vllm
         self.path = str(Path(path).resolve())
         self._llm = vllm.LLM(model=self.path, **llm_kwargs)
-
-    @property
-    def model_id(self) -> str:
-        return f"vllm:{self.path}"
+        self.model_id = f"vllm:{self.path}"
 
     def chat(
-        self,
-        conversations: Sequence[Conversation],
-        params: GenerationParams,
-        on_result: OnResult | None = None,
+        self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
         sampling = self._vllm.SamplingParams(
             temperature=params.temperature,

@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from assay.retry import retry
+
 _V1 = Path("/sys/fs/cgroup/pids")
 _V2 = Path("/sys/fs/cgroup")
 _PARENT = "assay-runner"
@@ -98,9 +100,5 @@ def task_cgroup(max_processes: int) -> Iterator[Path | None]:
         yield group
     finally:
         kill_all(group)
-        for _ in range(100):  # rmdir fails while the last killed process is still being torn down
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.01)
+        # rmdir fails while the last killed process is still being torn down
+        retry(group.rmdir, on=OSError, attempts=100, wait=0.01, default=None)

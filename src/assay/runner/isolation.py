@@ -5,8 +5,8 @@ Three levels, best first, detected at run time by trying them once:
 - ``bwrap``: bubblewrap. An empty root (deny by default) into which only an allow-list is bound read-only:
   the system libraries, this Python and ``assay``, and the task's staged inputs; the task's scratch, output
   and ``/dev/shm`` live on one size-bounded tmpfs of its own that vanishes with it, ``/tmp`` on another of
-  the same size. No network, own pid namespace (everything dies with the detector), all capabilities dropped (as root, capabilities would
-  let it mount the host's disk).
+  the same size. No network, own pid namespace (everything dies with the detector), all capabilities
+  dropped (as root, capabilities would let it mount the host's disk).
 - ``unshare``: ``unshare -n -p -f --kill-child`` cuts the network and gives an own pid namespace (so a child
   that calls ``setsid`` still dies with the detector); paths are not hidden and the file system is writable.
   The detector is pid 1 there, so signals it sends itself without a handler are ignored.

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,8 +35,10 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from assay.errors import UserError
+from assay.retry import retry
 from assay.star.participants import membership
 from assay.star.spec import CampaignSpec, PolicyRule, group_label
+from assay.store.enums import TASK_ROLE, TaskKind, TaskStatus
 from assay.store.models import utcnow
 from assay.store.star_models import (
     TURN_ROLES,
@@ -50,8 +51,7 @@ from assay.store.star_models import (
     StarTurn,
 )
 
-ROLE_FOR_KIND = {"red_team": "red_teamer", "annotate": "annotator", "arbitrate": "arbitrator"}
-CLAIMABLE = ("open", "waiting")
+CLAIMABLE = (TaskStatus.OPEN, TaskStatus.WAITING)
 RETRIES = 20
 REQUIREMENT = {True: "in-group", False: "out-group", None: "anyone"}
 
@@ -178,15 +178,7 @@ def add_instructions(session: Session, campaign: StarCampaign, instructions: Ite
     session.flush()
     requirement = _balance(session, campaign, spec, rows)
     session.add_all(
-        StarTask(
-            campaign_id=campaign.id,
-            kind="red_team",
-            instruction_id=row.id,
-            rule_id=row.rule_id,
-            group_label=row.group_label,
-            in_group=requirement.get(row.id),
-        )
-        for row in rows
+        _new_task(row, TaskKind.RED_TEAM, row.id, in_group=requirement.get(row.id)) for row in rows
     )
     session.flush()
     return len(rows)
@@ -221,7 +213,7 @@ def _red_team_counts(session: Session, campaign_id: int, label: str, exclude: se
         select(StarTask.in_group, func.count())
         .where(
             StarTask.campaign_id == campaign_id,
-            StarTask.kind == "red_team",
+            StarTask.kind == TaskKind.RED_TEAM,
             StarTask.group_label == label,
             StarTask.in_group.is_not(None),
             StarTask.instruction_id.not_in(exclude),
@@ -289,7 +281,7 @@ def _task_conditions(task: Any, kind: str) -> list[ColumnElement[bool]]:
             and_(task.in_group.is_(False), task.group_label.in_(bindparam("outs", expanding=True))),
         ),
     ]
-    if kind != "red_team":
+    if kind != TaskKind.RED_TEAM:
         conditions.append(task.rule_id.in_(bindparam("rules", expanding=True)))
     return conditions
 
@@ -314,7 +306,7 @@ def _person_condition() -> ColumnElement[bool]:
     )
 
 
-@lru_cache(maxsize=len(ROLE_FOR_KIND))
+@lru_cache(maxsize=len(TASK_ROLE))
 def _claim_statement(kind: str) -> Any:
     """``UPDATE star_tasks SET claimed WHERE id = (oldest eligible) AND still eligible RETURNING id``.
 
@@ -331,7 +323,7 @@ def _claim_statement(kind: str) -> Any:
     return (
         update(StarTask)
         .where(StarTask.id == first, *_task_conditions(StarTask, kind), _person_condition())
-        .values(status="claimed", participant_id=bindparam("who"), claimed_at=bindparam("now"))
+        .values(status=TaskStatus.CLAIMED, participant_id=bindparam("who"), claimed_at=bindparam("now"))
         .returning(StarTask.id)
     )
 
@@ -363,7 +355,7 @@ def _claimant(session: Session, participant_id: int, kind: str) -> _Claimant | N
     person = session.get(StarParticipant, participant_id)
     if person is None:
         raise UserError(f"no participant with id {participant_id}")
-    if person.opted_out or ROLE_FOR_KIND[kind] not in (person.roles or []):
+    if person.opted_out or TASK_ROLE[kind] not in (person.roles or []):
         return None
     spec = campaign_spec(session.get_one(StarCampaign, person.campaign_id))
     ins, outs = group_memberships(person, spec)
@@ -377,34 +369,29 @@ def _claimant(session: Session, participant_id: int, kind: str) -> _Claimant | N
     )
 
 
-def _retrying(attempt: int) -> None:
-    """Back off after a lock conflict, with jitter so competing claimers do not retry in step."""
-    time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
+def _backoff(attempt: int) -> float:
+    """Seconds to wait after a lock conflict, with jitter so competing claimers do not retry in step."""
+    return random.uniform(0.005, 0.02) * (attempt + 1)
 
 
 def claim_next(
     sessions: sessionmaker[Session], participant_id: int, kind: str, now: datetime | None = None
 ) -> int | None:
     """Atomically claim the oldest task of ``kind`` this person may take; None when there is none."""
-    if kind not in ROLE_FOR_KIND:
-        raise UserError(f"unknown task kind {kind!r} (kinds: {', '.join(ROLE_FOR_KIND)})")
+    if kind not in TASK_ROLE:
+        raise UserError(f"unknown task kind {kind!r} (kinds: {', '.join(TASK_ROLE)})")
     with sessions() as session:
         who = _claimant(session, participant_id, kind)
     if who is None:
         return None
     statement, params = _claim_statement(kind), _claim_params(who, _utc(now))
-    for attempt in range(RETRIES):
-        try:
-            with sessions.begin() as session:
-                return session.scalar(statement, params)
-        except (
-            OperationalError,
-            IntegrityError,
-        ):  # a lock past the busy timeout, or a lost race (PostgreSQL)
-            if attempt == RETRIES - 1:
-                raise
-            _retrying(attempt)
-    return None
+
+    def claim() -> int | None:
+        with sessions.begin() as session:
+            return session.scalar(statement, params)
+
+    # a lock past the busy timeout, or a lost race (PostgreSQL)
+    return retry(claim, on=(OperationalError, IntegrityError), attempts=RETRIES, wait=_backoff)
 
 
 def release_expired_claims(
@@ -427,11 +414,11 @@ def release_expired_claims(
         update(StarTask)
         .where(
             StarTask.campaign_id == campaign.id,
-            StarTask.status == "claimed",
+            StarTask.status == TaskStatus.CLAIMED,
             StarTask.claimed_at < cutoff,
             StarTask.id.not_in(list(keep)),
         )
-        .values(status="open", participant_id=None, claimed_at=None)
+        .values(status=TaskStatus.OPEN, participant_id=None, claimed_at=None)
         .returning(StarTask.id)
         .execution_options(synchronize_session="fetch")  # loaded tasks see the release
     ).all()
@@ -449,7 +436,7 @@ def _claimed_task(session: Session, task_id: int, kinds: tuple[str, ...]) -> Sta
         raise UserError(f"no task with id {task_id}")
     if task.kind not in kinds:
         raise UserError(f"task {task_id} is a {task.kind} task, not {' or '.join(kinds)}")
-    if task.status != "claimed":
+    if task.status != TaskStatus.CLAIMED:
         raise UserError(f"task {task_id} is {task.status}, not claimed; claim it before submitting")
     return task
 
@@ -482,7 +469,7 @@ def submit_dialogue(
 ) -> int:
     """Finish a red-team task: store the dialogue and its turns, open its annotate tasks; the dialogue id."""
     now = _utc(now)
-    task = _claimed_task(session, task_id, ("red_team",))
+    task = _claimed_task(session, task_id, (TaskKind.RED_TEAM,))
     campaign = session.get_one(StarCampaign, task.campaign_id)
     dialogue = StarDialogue(
         campaign_id=task.campaign_id,
@@ -498,10 +485,23 @@ def submit_dialogue(
     )
     session.add(dialogue)
     session.flush()
-    task.dialogue_id, task.status, task.done_at, task.machine = dialogue.id, "done", now, machine
+    task.dialogue_id, task.status, task.done_at, task.machine = dialogue.id, TaskStatus.DONE, now, machine
     session.add_all(_annotate_tasks(session, campaign, task, dialogue.id))
     session.flush()
     return dialogue.id
+
+
+def _new_task(source: StarInstruction | StarTask, kind: str, instruction_id: int, **columns: Any) -> StarTask:
+    """A task of ``kind`` on instruction ``instruction_id``, with the campaign, rule and group of ``source``
+    (the instruction itself, or the task it follows from)."""
+    return StarTask(
+        campaign_id=source.campaign_id,
+        kind=kind,
+        instruction_id=instruction_id,
+        rule_id=source.rule_id,
+        group_label=source.group_label,
+        **columns,
+    )
 
 
 def _annotate_tasks(session: Session, campaign: StarCampaign, red_team: StarTask, dialogue_id: int) -> list:
@@ -514,12 +514,10 @@ def _annotate_tasks(session: Session, campaign: StarCampaign, red_team: StarTask
     if targeted and _ablation_drawn(session, campaign, spec, dialogue_id):
         wanted += [(False, True)] * spec.annotators_per_dialogue
     return [
-        StarTask(
-            campaign_id=red_team.campaign_id,
-            kind="annotate",
-            instruction_id=red_team.instruction_id,
-            rule_id=red_team.rule_id,
-            group_label=red_team.group_label,
+        _new_task(
+            red_team,
+            TaskKind.ANNOTATE,
+            red_team.instruction_id,
             dialogue_id=dialogue_id,
             in_group=in_group,
             ablation=ablation,
@@ -541,7 +539,7 @@ def _ablation_drawn(session: Session, campaign: StarCampaign, spec: CampaignSpec
     earlier = session.scalar(
         select(func.count(StarTask.id)).where(
             StarTask.campaign_id == campaign.id,
-            StarTask.kind == "red_team",
+            StarTask.kind == TaskKind.RED_TEAM,
             StarTask.dialogue_id < dialogue_id,
             StarTask.in_group.is_not(None),
         )
@@ -556,7 +554,7 @@ def _ablation_drawn(session: Session, campaign: StarCampaign, spec: CampaignSpec
 
 def _check_annotation(session: Session, task_id: int, rating: int, reason: str) -> None:
     """Reject a rating off the scale, an empty reason, or a task that is not a claimed annotate/arbitrate."""
-    task = _claimed_task(session, task_id, ("annotate", "arbitrate"))
+    task = _claimed_task(session, task_id, (TaskKind.ANNOTATE, TaskKind.ARBITRATE))
     likert = campaign_spec(session.get_one(StarCampaign, task.campaign_id)).likert
     if isinstance(rating, bool) or not isinstance(rating, int) or not 0 <= rating < len(likert):
         raise UserError(
@@ -572,8 +570,8 @@ def _write_annotation(
     """Close the task (the conditional update goes first: it takes the write lock), store, arbitrate?"""
     closed = session.scalar(
         update(StarTask)
-        .where(StarTask.id == task_id, StarTask.status == "claimed")
-        .values(status="done", done_at=now, machine=machine)
+        .where(StarTask.id == task_id, StarTask.status == TaskStatus.CLAIMED)
+        .values(status=TaskStatus.DONE, done_at=now, machine=machine)
         .returning(StarTask.id)
     )
     if closed is None:
@@ -595,7 +593,7 @@ def _write_annotation(
     )
     session.add(annotation)
     session.flush()
-    if task.kind == "annotate" and not task.ablation:
+    if task.kind == TaskKind.ANNOTATE and not task.ablation:
         _maybe_arbitrate(session, task)
     return annotation.id
 
@@ -619,15 +617,12 @@ def submit_annotation(
         return _write_annotation(target, task_id, rating, reason, machine, now)
     with target() as session:
         _check_annotation(session, task_id, rating, reason)
-    for attempt in range(RETRIES):
-        try:
-            with target.begin() as session:
-                return _write_annotation(session, task_id, rating, reason, machine, now)
-        except OperationalError:
-            if attempt == RETRIES - 1:
-                raise
-            _retrying(attempt)
-    raise AssertionError("unreachable")
+
+    def write() -> int:
+        with target.begin() as session:
+            return _write_annotation(session, task_id, rating, reason, machine, now)
+
+    return retry(write, on=OperationalError, attempts=RETRIES, wait=_backoff)
 
 
 def _maybe_arbitrate(session: Session, task: StarTask) -> None:
@@ -638,7 +633,7 @@ def _maybe_arbitrate(session: Session, task: StarTask) -> None:
         .outerjoin(StarAnnotation, StarAnnotation.task_id == StarTask.id)
         .where(
             StarTask.dialogue_id == task.dialogue_id,
-            StarTask.kind == "annotate",
+            StarTask.kind == TaskKind.ANNOTATE,
             StarTask.ablation.is_(False),
         )
     ).all()
@@ -650,12 +645,10 @@ def _maybe_arbitrate(session: Session, task: StarTask) -> None:
     try:
         with session.begin_nested():
             session.add(
-                StarTask(
-                    campaign_id=task.campaign_id,
-                    kind="arbitrate",
-                    instruction_id=task.instruction_id,
-                    rule_id=task.rule_id,
-                    group_label=task.group_label,
+                _new_task(
+                    task,
+                    TaskKind.ARBITRATE,
+                    task.instruction_id,
                     dialogue_id=task.dialogue_id,
                     arbitration_of=task.dialogue_id,
                     in_group=task.in_group,
@@ -668,7 +661,7 @@ def _maybe_arbitrate(session: Session, task: StarTask) -> None:
 def arbitration_view(session: Session, task_id: int) -> ArbitrationView:
     """The dialogue and the primary ratings with reasons, for the arbitrator of an arbitrate task."""
     task = session.get(StarTask, task_id)
-    if task is None or task.kind != "arbitrate":
+    if task is None or task.kind != TaskKind.ARBITRATE:
         raise UserError(f"task {task_id} is not an arbitration task")
     dialogue = session.get_one(StarDialogue, task.arbitration_of)
     likert = campaign_spec(session.get_one(StarCampaign, task.campaign_id)).likert
@@ -676,7 +669,7 @@ def arbitration_view(session: Session, task_id: int) -> ArbitrationView:
         select(StarAnnotation)
         .where(
             StarAnnotation.dialogue_id == dialogue.id,
-            StarAnnotation.kind == "annotate",
+            StarAnnotation.kind == TaskKind.ANNOTATE,
             StarAnnotation.ablation.is_(False),
         )
         .order_by(StarAnnotation.id)
@@ -703,20 +696,20 @@ def _may_take(
     person: StarParticipant, task: StarTask, spec: CampaignSpec, ins: set[str], outs: set[str]
 ) -> bool:
     """Whether the person could ever take the task, ignoring today's cap and who has seen the dialogue."""
-    if person.opted_out or ROLE_FOR_KIND[task.kind] not in (person.roles or []):
+    if person.opted_out or TASK_ROLE[task.kind] not in (person.roles or []):
         return False
     if task.in_group is True and task.group_label not in ins:
         return False
     if task.in_group is False and task.group_label not in outs:
         return False
-    return task.kind == "red_team" or task.rule_id in qualified_rules(spec, person.expertise or [])
+    return task.kind == TaskKind.RED_TEAM or task.rule_id in qualified_rules(spec, person.expertise or [])
 
 
 def _requirement(spec: CampaignSpec, task: StarTask) -> str:
     """How a shortfall row describes what the task needs."""
     text = REQUIREMENT[task.in_group]
     rule: PolicyRule = spec.rule(task.rule_id)
-    if task.kind != "red_team" and rule.expertise:
+    if task.kind != TaskKind.RED_TEAM and rule.expertise:
         text += f"; expertise: {', '.join(rule.expertise)}"
     return text
 
@@ -741,7 +734,7 @@ def shortfalls(session: Session, campaign: StarCampaign) -> list[Shortfall]:
             candidates[key] = [p.id for p in people if _may_take(p, task, spec, *groups[p.id])]
         excluded = seen.get(task.dialogue_id, set()) if task.dialogue_id is not None else set()
         ok = any(pid not in excluded for pid in candidates[key])
-        task.status = "open" if ok else "waiting"
+        task.status = TaskStatus.OPEN if ok else TaskStatus.WAITING
         if not ok:
             missing[(task.kind, task.group_label, _requirement(spec, task))] += 1
     session.flush()

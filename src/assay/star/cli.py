@@ -34,8 +34,10 @@ from assay.star.simulate import Agents
 from assay.star.simulate import simulate as run_simulation
 from assay.star.spec import CampaignSpec, load_spec
 from assay.star.status import campaign_status
+from assay.star.workflow import sweep as star_sweep
 from assay.stats.agreement import bootstrap_alpha_ci, krippendorff_alpha, percent_agreement
 from assay.store import open_store
+from assay.store.models import utcnow
 from assay.terminal import progress_bar
 
 app = typer.Typer(
@@ -200,27 +202,43 @@ def _print_shortfalls(missing: list) -> None:
 def status(
     campaign: str = typer.Argument(..., help="Campaign name."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=0, max=100_000, help="Resamples for alpha's CI."),
 ) -> None:
-    """Tasks by kind and status, dialogues and annotations (human and machine), arbitration rate, shortfalls.
+    """Tasks by kind and status, dialogues and annotations (human and machine apart), agreement so far,
+    arbitration rate and shortfalls: the same figures as the web's campaign page.
 
     Example: assay star status demo-campaign --json
     """
-    with open_store().begin() as session:
-        found = get_campaign(session, campaign)
-        report = campaign_status(session, found)
-        missing = shortfalls(session, found)
-    report["shortfalls"] = [row._asdict() for row in missing]
+    with open_store()() as session:
+        report = campaign_status(session, get_campaign(session, campaign), n_boot=bootstrap)
     if json_out:
-        console.print_json(json.dumps(report))
+        console.print_json(report.model_dump_json())
         return
-    for kind, counts in report["tasks"].items():
+    for kind, counts in report.tasks.items():
         console.print(f"{kind}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), highlight=False)
+    alpha, rate = report.agreement.alpha, report.arbitration.rate
     console.print(
-        f"dialogues {report['dialogues']}, annotations {report['annotations']}, "
-        f"arbitration rate {report['arbitration_rate']:.3f}",
+        f"dialogues {report.dialogues} (machine {report.machine_dialogues}), "
+        f"annotations {report.annotations} (machine {report.machine_annotations}), "
+        f"complete first rounds {report.complete_first_rounds}, "
+        f"alpha {'-' if alpha is None else f'{alpha:.3f}'}, "
+        f"arbitration rate {'-' if rate is None else f'{rate:.3f}'}",
         highlight=False,
     )
-    _print_shortfalls(missing)
+    _print_shortfalls(report.shortfalls)
+
+
+@app.command()
+def sweep() -> None:
+    """Once, what a running web server does every few seconds: release expired claims of every campaign
+    and re-check shortfalls (tasks nobody may take are marked waiting). Safe to run at any time.
+
+    Example: assay star sweep
+    """
+    done = star_sweep(open_store(), utcnow())
+    console.print(
+        f"{done.released} claim(s) released, {done.waiting} task(s) waiting for a match", highlight=False
+    )
 
 
 @app.command()

@@ -25,7 +25,7 @@ import numpy as np
 from jinja2.exceptions import SecurityError, UndefinedError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from assay.errors import UserError, input_error
+from assay.errors import UserError, first_problem, input_error
 from assay.fileio import write_text_atomic
 from assay.star.spec import CampaignSpec, PolicyRule, group_label, render
 
@@ -322,6 +322,5 @@ def _parse_line(path: Path, number: int, line: str) -> Instruction:
     try:
         return Instruction.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise input_error(path, number, field, first.get("input"), first["msg"].lower()) from exc
+        field, problem, value = first_problem(exc)
+        raise input_error(path, number, field, value, problem.lower()) from exc

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from assay.errors import UserError
+from assay.errors import UserError, field_error
 from assay.models.base import ChatModel, GenerationParams
 from assay.star.agents import MENTION_LABELS, target_prompt
 from assay.star.assign import submit_dialogue
@@ -37,9 +37,7 @@ def check_pre_annotation(spec: CampaignSpec, answers: dict[str, Any]) -> dict[st
         raise UserError(f"pre-annotation: unknown field {extra[0]!r} (fields: {', '.join(sorted(known))})")
     broken = answers.get("assigned_rule_broken")
     if broken is not None and not isinstance(broken, bool):
-        raise UserError(
-            f"pre-annotation: field 'assigned_rule_broken' must be true, false or null (value: {broken!r})"
-        )
+        raise field_error("pre-annotation", "assigned_rule_broken", broken, "must be true, false or null")
     rules = list(answers.get("other_rules_broken") or [])
     for rule_id in rules:
         spec.rule(rule_id)  # one line naming the known rules when unknown

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError, input_error, validation_error
 from assay.fileio import atomic_path, write_text_atomic
 from assay.star.assign import campaign_spec, list_annotations, list_dialogues
+from assay.store.enums import TaskKind
 from assay.store.star_models import StarCampaign, StarInstruction, StarParticipant, StarTask
 
 if TYPE_CHECKING:
@@ -86,8 +87,8 @@ def _relations(session: Session, campaign: StarCampaign) -> dict[tuple[str, int]
     found: dict[tuple[str, int], str] = {}
     for task_id, kind, dialogue_id, in_group in rows:
         found["task", task_id] = _RELATION[in_group]
-        if kind == "red_team" and dialogue_id is not None:
-            found["red_team", dialogue_id] = _RELATION[in_group]
+        if kind == TaskKind.RED_TEAM and dialogue_id is not None:
+            found[TaskKind.RED_TEAM, dialogue_id] = _RELATION[in_group]
     return found
 
 
@@ -132,7 +133,7 @@ def campaign_tables(
                 "rule_id": by_row[d.instruction_id].rule_id,
                 "group_label": by_row[d.instruction_id].group_label,
                 "red_teamer": people.get(d.red_teamer_id),
-                "red_teamer_relation": relation.get(("red_team", d.id), "none"),
+                "red_teamer_relation": relation.get((TaskKind.RED_TEAM, d.id), "none"),
                 "topic": d.topic,
                 "target_model": d.target_model,
                 "machine": d.machine,

@@ -29,6 +29,7 @@ from assay.star.assign import (
 )
 from assay.star.design import draw_design
 from assay.star.spec import CampaignSpec
+from assay.store.enums import STAR_ROLES, TaskKind
 from assay.store.models import utcnow
 from assay.store.star_models import StarCampaign, StarDialogue, StarParticipant, StarTask
 
@@ -81,7 +82,7 @@ def add_personas(session: Session, campaign: StarCampaign, spec: CampaignSpec) -
                 name=f"LLM persona ({label})",
                 demographics=demographics,
                 expertise=expertise,
-                roles=["red_teamer", "annotator", "arbitrator"],
+                roles=list(STAR_ROLES),
                 daily_cap=1_000_000,
             )
         )
@@ -107,16 +108,19 @@ def claim_all(
     return claimed
 
 
-def _red_team(
-    sessions: sessionmaker[Session],
-    spec: CampaignSpec,
-    models: Agents,
-    tasks: list[int],
-    turns: int,
-    seeds: list[str],
-    summary: SimulationSummary,
-) -> None:
-    with sessions() as session:
+@dataclass(frozen=True)
+class _Rehearsal:
+    """What every phase of one rehearsal works with."""
+
+    sessions: sessionmaker[Session]
+    spec: CampaignSpec
+    models: Agents
+    summary: SimulationSummary
+
+
+def _red_team(run: _Rehearsal, tasks: list[int], turns: int, seeds: list[str]) -> None:
+    models = run.models
+    with run.sessions() as session:
         instructions = [session.get_one(StarTask, t).instruction.text for t in tasks]
     seed_for = [seeds[i % len(seeds)] if seeds else None for i in range(len(tasks))]
     topics = models.red_teamer.chat(
@@ -138,15 +142,15 @@ def _red_team(
         )
         for d, text in zip(dialogues, replies, strict=True):
             d.append(("assistant", text.strip(), utcnow()))
-    with sessions.begin() as session:
+    with run.sessions.begin() as session:
         for task_id, topic, turns_ in zip(tasks, topics, dialogues, strict=True):
             pre = {
                 "assigned_rule_broken": None,
                 "other_rules_broken": [],
-                "groups_mentioned": agents.groups_mentioned([(r, x) for r, x, _ in turns_], spec),
+                "groups_mentioned": agents.groups_mentioned([(r, x) for r, x, _ in turns_], run.spec),
             }
             submit_dialogue(session, task_id, topic, turns_, models.target.model_id, pre, machine=True)
-            summary.dialogues += 1
+            run.summary.dialogues += 1
 
 
 def _dialogue_of(session: Session, task_id: int) -> tuple[str, list[tuple[str, str]], str]:
@@ -158,28 +162,17 @@ def _dialogue_of(session: Session, task_id: int) -> tuple[str, list[tuple[str, s
     return task.rule_id, [(turn.role, turn.text) for turn in dialogue.turns], persona
 
 
-def _annotate(
-    sessions: sessionmaker[Session],
-    spec: CampaignSpec,
-    models: Agents,
-    tasks: list[int],
-    summary: SimulationSummary,
-) -> None:
-    with sessions() as session:
+def _annotate(run: _Rehearsal, tasks: list[int]) -> None:
+    spec = run.spec
+    with run.sessions() as session:
         views = [_dialogue_of(session, t) for t in tasks]
-    prompts = [agents.annotation_prompt(spec, spec.rule(r), turns, persona) for r, turns, persona in views]
-    _rate(sessions, spec, models, tasks, prompts, summary)
-    summary.annotations += len(tasks)
+    _rate(run, tasks, [agents.annotation_prompt(spec, spec.rule(r), turns, who) for r, turns, who in views])
+    run.summary.annotations += len(tasks)
 
 
-def _arbitrate(
-    sessions: sessionmaker[Session],
-    spec: CampaignSpec,
-    models: Agents,
-    tasks: list[int],
-    summary: SimulationSummary,
-) -> None:
-    with sessions() as session:
+def _arbitrate(run: _Rehearsal, tasks: list[int]) -> None:
+    spec = run.spec
+    with run.sessions() as session:
         views = [arbitration_view(session, t) for t in tasks]
     prompts = [
         agents.arbitration_prompt(
@@ -187,18 +180,12 @@ def _arbitrate(
         )
         for v in views
     ]
-    _rate(sessions, spec, models, tasks, prompts, summary)
-    summary.arbitrations += len(tasks)
+    _rate(run, tasks, prompts)
+    run.summary.arbitrations += len(tasks)
 
 
-def _rate(
-    sessions: sessionmaker[Session],
-    spec: CampaignSpec,
-    models: Agents,
-    tasks: list[int],
-    prompts: list,
-    summary: SimulationSummary,
-) -> None:
+def _rate(run: _Rehearsal, tasks: list[int], prompts: list) -> None:
+    spec, models = run.spec, run.models
     replies = models.annotator.chat(prompts, models.params) if prompts else []
     if models.ratings == "likelihood":
         options = [f"Rating: {point}" for point in range(1, len(spec.likert) + 1)]
@@ -209,8 +196,8 @@ def _rate(
     else:
         parsed_all = [agents.parse_rating(reply, spec) for reply in replies]
     for task_id, parsed in zip(tasks, parsed_all, strict=True):
-        summary.unparsed_ratings += not parsed.parsed
-        submit_annotation(sessions, task_id, parsed.rating, parsed.reason, machine=True)
+        run.summary.unparsed_ratings += not parsed.parsed
+        submit_annotation(run.sessions, task_id, parsed.rating, parsed.reason, machine=True)
 
 
 def simulate(
@@ -233,16 +220,17 @@ def simulate(
         campaign_id = campaign.id
     seeds = agents.seed_topics(seed_source) if seed_source else []
     summary = SimulationSummary(campaign=name)
+    run = _Rehearsal(sessions, spec, models, summary)
     phases: list[tuple[str, Callable[[list[int]], None]]] = [
-        ("red_team", lambda ts: _red_team(sessions, spec, models, ts, turns, seeds, summary)),
-        ("annotate", lambda ts: _annotate(sessions, spec, models, ts, summary)),
-        ("arbitrate", lambda ts: _arbitrate(sessions, spec, models, ts, summary)),
+        (TaskKind.RED_TEAM, lambda ts: _red_team(run, ts, turns, seeds)),
+        (TaskKind.ANNOTATE, lambda ts: _annotate(run, ts)),
+        (TaskKind.ARBITRATE, lambda ts: _arbitrate(run, ts)),
     ]
-    for kind, run in phases:
+    for kind, phase in phases:
         while tasks := claim_all(sessions, people, kind):
             if on_phase is not None:
                 on_phase(kind, len(tasks))
-            run(tasks)
+            phase(tasks)
     with sessions.begin() as session:
         missing = shortfalls(session, session.get_one(StarCampaign, campaign_id))
     summary.shortfalls = [

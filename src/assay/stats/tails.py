@@ -92,6 +92,12 @@ def _trivial_tail(n: int, tau: int) -> float | None:
     return None
 
 
+def _binomial_args(n: object, p: object, tau: object) -> tuple[int, float, int, float | None]:
+    """``n``, ``p`` and ``tau`` checked, with ``_trivial_tail(n, tau)``."""
+    n, p, tau = _check_n(n), _check_prob(p), _as_int(tau, "tau")
+    return n, p, tau, _trivial_tail(n, tau)
+
+
 def _log_tail_from_log_pmf(log_pmf: np.ndarray, tau: int) -> float:
     """log of sum(pmf[tau:]) from a full log-pmf over 0..n, for 1 <= tau <= n.
 
@@ -115,10 +121,7 @@ def log_binomial_sf(n: int, p: float, tau: int) -> float:
     accuracy for large n (differences of ``gammaln`` lose digits), and the terms are summed with
     logsumexp, so tails far below 1e-300 come back as finite logs. Cost is O(n).
     """
-    n = _check_n(n)
-    p = _check_prob(p)
-    tau = _as_int(tau, "tau")
-    trivial = _trivial_tail(n, tau)
+    n, p, tau, trivial = _binomial_args(n, p, tau)
     if trivial is not None:
         return trivial
     if p == 0.0:  # X == 0 surely, and tau >= 1 here
@@ -151,10 +154,7 @@ def log_chernoff_bound(n: int, p: float, tau: int) -> float:
     The bound is only informative above the mean: for tau/n <= p it is the trivial bound 1 (log 0.0).
     It is tight to within a polynomial factor in n, and exact at tau = n (where it equals p**n).
     """
-    n = _check_n(n)
-    p = _check_prob(p)
-    tau = _as_int(tau, "tau")
-    trivial = _trivial_tail(n, tau)
+    n, p, tau, trivial = _binomial_args(n, p, tau)
     if trivial is not None:
         return trivial
     a = tau / n

@@ -14,9 +14,10 @@ from datetime import datetime
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from assay.store.enums import JobStatus
 from assay.store.models import Base, utcnow
 
-RUN_STATUSES = ("queued", "running", "done", "failed")
+RUN_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.DONE, JobStatus.FAILED)
 
 
 class DyePackBenchmark(Base):

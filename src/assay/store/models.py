@@ -25,6 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from assay.store.enums import JobStatus, RoundStatus, SubmissionStatus
+
 
 def utcnow() -> datetime:
     """Timezone-aware now; every timestamp in the store is UTC."""
@@ -47,10 +49,10 @@ class Base(DeclarativeBase):
     """Base of every table; Alembic compares migrations against its metadata."""
 
 
-ROUND_STATUSES = ("draft", "open", "closed", "archived")
+ROUND_STATUSES = tuple(RoundStatus)
 SPLIT_NAMES = ("train", "test", "holdout", "smoke")
-SUBMISSION_STATUSES = ("rejected", "duplicate", "queued", "running", "done", "failed")
-JOB_STATUSES = ("queued", "running", "done", "failed", "timed-out")
+SUBMISSION_STATUSES = tuple(SubmissionStatus)
+JOB_STATUSES = tuple(JobStatus)
 
 
 class Round(Base):

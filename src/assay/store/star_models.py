@@ -16,11 +16,12 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from assay.store.enums import STAR_ROLES, TaskKind, TaskStatus
 from assay.store.models import Base, utcnow
 
-ROLES = ("red_teamer", "annotator", "arbitrator")
-TASK_KINDS = ("red_team", "annotate", "arbitrate")
-TASK_STATUSES = ("open", "claimed", "done", "waiting")
+ROLES = STAR_ROLES
+TASK_KINDS = tuple(TaskKind)
+TASK_STATUSES = tuple(TaskStatus)
 TURN_ROLES = ("user", "assistant")
 
 

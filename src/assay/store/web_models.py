@@ -14,9 +14,10 @@ from datetime import datetime
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from assay.store.enums import Role
 from assay.store.models import Base, Team, utcnow
 
-ROLES = ("organiser", "team_member", "red_teamer", "annotator", "arbitrator", "viewer")
+ROLES = tuple(Role)
 
 
 class WebUser(Base):

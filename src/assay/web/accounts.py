@@ -17,8 +17,10 @@ import hashlib
 import os
 import re
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -26,6 +28,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
+from assay.store.enums import Role
 from assay.store.models import Team, as_utc, utcnow
 from assay.store.star_models import StarCampaign, StarParticipant
 from assay.store.web_models import (
@@ -165,6 +168,11 @@ def list_users(session: Session) -> list[WebUser]:
     return list(session.scalars(select(WebUser).order_by(WebUser.username)))
 
 
+def list_teams(session: Session) -> list[Team]:
+    """Every leaderboard team by name: the choices when an organiser links an account to a team."""
+    return list(session.scalars(select(Team).order_by(Team.name)))
+
+
 def find_team(session: Session, name: str) -> Team | None:
     """The leaderboard team called ``name``; blank is no team; an unknown name is a ``UserError``."""
     if not name.strip():
@@ -177,7 +185,7 @@ def find_team(session: Session, name: str) -> Team | None:
 
 def has_role(user: WebUser, *roles: str) -> bool:
     """True if the user holds any of ``roles``; an organiser holds them all."""
-    return "organiser" in user.roles or any(role in user.roles for role in roles)
+    return Role.ORGANISER in user.roles or any(role in user.roles for role in roles)
 
 
 def authenticate(session: Session, username: str, password: str, now: datetime | None = None) -> WebUser:
@@ -308,10 +316,80 @@ def list_api_tokens(session: Session, user: WebUser) -> list[WebApiToken]:
 def revoke_api_token(session: Session, user: WebUser, token_id: int) -> None:
     """Revoke one of ``user``'s own tokens (organisers may revoke anyone's)."""
     token = session.get(WebApiToken, token_id)
-    if token is None or (token.user_id != user.id and "organiser" not in user.roles):
+    if token is None or (token.user_id != user.id and Role.ORGANISER not in user.roles):
         raise UserError(f"no API token {token_id} of yours")
     token.revoked = True
     session.flush()
+
+
+# ---- single-use links: invitations and password resets ------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LinkKind:
+    """A kind of single-use link (``/invite/TOKEN``, ``/reset/TOKEN``): its table and what a person is told
+    when a link of it cannot be used. ``owners``: (column, message) pairs checked in order after the expiry,
+    each refusing the link once the account that column names is disabled."""
+
+    table: type[WebInvitation] | type[WebPasswordReset]
+    invalid: str
+    used: str
+    expired: str
+    owners: tuple[tuple[str, str], ...]
+
+
+INVITATION = _LinkKind(
+    WebInvitation,
+    invalid="this invitation link is not valid",
+    used="this invitation has already been used",
+    expired="this invitation has expired: ask the organiser for a new one",
+    # whoever was disabled, their links die too
+    owners=(("created_by", "this invitation is no longer valid: ask an organiser for a new one"),),
+)
+PASSWORD_RESET = _LinkKind(
+    WebPasswordReset,
+    invalid="this password-reset link is not valid",
+    used="this password-reset link has already been used: ask an organiser for a new one",
+    expired="this password-reset link has expired: ask an organiser for a new one",
+    owners=(
+        ("user_id", "this account is disabled: ask an organiser"),
+        ("created_by", "this password-reset link is no longer valid: ask an organiser for a new one"),
+    ),
+)
+
+
+def _issue_link(session: Session, kind: _LinkKind, **columns: object) -> str:
+    """A new link's raw token (shown once); the database keeps its sha256 with ``columns``."""
+    raw = secrets.token_urlsafe(32)
+    session.add(kind.table(token_sha256=sha256(raw), **columns))
+    return raw
+
+
+def _open_link(session: Session, kind: _LinkKind, raw: str, now: datetime) -> Any:
+    """The row behind a link if it is still usable; else a ``UserError`` saying why."""
+    row = session.scalar(select(kind.table).where(kind.table.token_sha256 == sha256(raw)))
+    if row is None:
+        raise UserError(kind.invalid)
+    if row.used_at is not None:
+        raise UserError(kind.used)
+    if as_utc(row.expires_at) <= now:
+        raise UserError(kind.expired)
+    for column, message in kind.owners:
+        if session.get_one(WebUser, getattr(row, column)).disabled:
+            raise UserError(message)
+    return row
+
+
+def _use_link(session: Session, kind: _LinkKind, row_id: int, now: datetime, **columns: object) -> None:
+    """Mark the link used, with ``columns``: a conditional update, so two simultaneous uses cannot both
+    win; the loser gets the ``used`` message."""
+    claimed = session.execute(
+        update(kind.table)
+        .where(kind.table.id == row_id, kind.table.used_at.is_(None))
+        .values(used_at=now, **columns)
+    )
+    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+        raise UserError(kind.used)
 
 
 # ---- invitations and STAR participants ----------------------------------------------------------
@@ -333,17 +411,15 @@ def create_invitation(
     if participant is not None:
         _unlinked_or_of(session, participant, None)  # say so now, not when the invitee accepts
     now = now or clock()
-    raw = secrets.token_urlsafe(32)
-    session.add(
-        WebInvitation(
-            token_sha256=sha256(raw),
-            roles=roles,
-            team_id=team.id if team else None,
-            participant_id=participant.id if participant else None,
-            created_by=creator.id,
-            created_at=now,
-            expires_at=now + timedelta(hours=valid_hours),
-        )
+    raw = _issue_link(
+        session,
+        INVITATION,
+        roles=roles,
+        team_id=team.id if team else None,
+        participant_id=participant.id if participant else None,
+        created_by=creator.id,
+        created_at=now,
+        expires_at=now + timedelta(hours=valid_hours),
     )
     session.flush()
     member = f"; pool member: {participant.external_id}" if participant else ""
@@ -353,17 +429,7 @@ def create_invitation(
 
 def open_invitation(session: Session, raw: str, now: datetime | None = None) -> WebInvitation:
     """The invitation behind a link, if it is still usable; else a ``UserError`` saying why."""
-    now = now or clock()
-    invitation = session.scalar(select(WebInvitation).where(WebInvitation.token_sha256 == sha256(raw)))
-    if invitation is None:
-        raise UserError("this invitation link is not valid")
-    if invitation.used_at is not None:
-        raise UserError("this invitation has already been used")
-    if as_utc(invitation.expires_at) <= now:
-        raise UserError("this invitation has expired: ask the organiser for a new one")
-    if session.get_one(WebUser, invitation.created_by).disabled:  # whoever was disabled, their links die too
-        raise UserError("this invitation is no longer valid: ask an organiser for a new one")
-    return invitation
+    return _open_link(session, INVITATION, raw, now or clock())
 
 
 def accept_invitation(
@@ -374,13 +440,7 @@ def accept_invitation(
     invitation = open_invitation(session, raw, now)
     team = session.get(Team, invitation.team_id) if invitation.team_id else None
     user = create_user(session, username, password, invitation.roles, team=team)
-    claimed = session.execute(  # a conditional update, so two simultaneous accepts cannot both win
-        update(WebInvitation)
-        .where(WebInvitation.id == invitation.id, WebInvitation.used_at.is_(None))
-        .values(used_at=now, used_by=user.id)
-    )
-    if claimed.rowcount != 1:  # type: ignore[attr-defined]
-        raise UserError("this invitation has already been used")
+    _use_link(session, INVITATION, invitation.id, now, used_by=user.id)
     if invitation.participant_id is not None:
         link_participant(session, user, session.get_one(StarParticipant, invitation.participant_id))
     issuer = session.get_one(WebUser, invitation.created_by)
@@ -540,7 +600,7 @@ def set_roles(
     """Replace ``user``'s roles and team, checked as ``create_user`` checks them; they apply from the user's
     next request. An organiser cannot drop their own organiser role, so someone can always undo a mistake."""
     roles = _check_roles(roles)
-    if actor.id == user.id and "organiser" not in roles:
+    if actor.id == user.id and Role.ORGANISER not in roles:
         raise UserError("you cannot remove your own organiser role: ask another organiser")
     before = _roles_detail(list(user.roles), user.team)
     user.roles, user.team = roles, team
@@ -574,15 +634,13 @@ def create_password_reset(
         .where(WebPasswordReset.user_id == user.id, WebPasswordReset.used_at.is_(None))
         .values(used_at=now)
     )
-    raw = secrets.token_urlsafe(32)
-    session.add(
-        WebPasswordReset(
-            token_sha256=sha256(raw),
-            user_id=user.id,
-            created_at=now,
-            expires_at=now + RESET_LIFETIME,
-            created_by=creator.id,
-        )
+    raw = _issue_link(
+        session,
+        PASSWORD_RESET,
+        user_id=user.id,
+        created_at=now,
+        expires_at=now + RESET_LIFETIME,
+        created_by=creator.id,
     )
     record(session, creator, "password_reset.issue", user.username)
     session.flush()
@@ -591,19 +649,7 @@ def create_password_reset(
 
 def open_password_reset(session: Session, raw: str, now: datetime | None = None) -> WebPasswordReset:
     """The reset behind a link, if it is still usable; else a ``UserError`` saying why."""
-    now = now or clock()
-    reset = session.scalar(select(WebPasswordReset).where(WebPasswordReset.token_sha256 == sha256(raw)))
-    if reset is None:
-        raise UserError("this password-reset link is not valid")
-    if reset.used_at is not None:
-        raise UserError("this password-reset link has already been used: ask an organiser for a new one")
-    if as_utc(reset.expires_at) <= now:
-        raise UserError("this password-reset link has expired: ask an organiser for a new one")
-    if session.get_one(WebUser, reset.user_id).disabled:
-        raise UserError("this account is disabled: ask an organiser")
-    if session.get_one(WebUser, reset.created_by).disabled:
-        raise UserError("this password-reset link is no longer valid: ask an organiser for a new one")
-    return reset
+    return _open_link(session, PASSWORD_RESET, raw, now or clock())
 
 
 def use_password_reset(session: Session, raw: str, password: str, now: datetime | None = None) -> WebUser:
@@ -612,13 +658,7 @@ def use_password_reset(session: Session, raw: str, password: str, now: datetime 
     now = now or clock()
     reset = open_password_reset(session, raw, now)
     _check_password(password)  # before using the link up: a too-short password leaves it usable
-    claimed = session.execute(
-        update(WebPasswordReset)
-        .where(WebPasswordReset.id == reset.id, WebPasswordReset.used_at.is_(None))
-        .values(used_at=now)
-    )
-    if claimed.rowcount != 1:  # type: ignore[attr-defined]
-        raise UserError("this password-reset link has already been used: ask an organiser for a new one")
+    _use_link(session, PASSWORD_RESET, reset.id, now)
     user = session.get_one(WebUser, reset.user_id)
     set_password(session, user, password)
     unlock(session, user, quiet=True)

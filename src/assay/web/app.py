@@ -1,7 +1,9 @@
 """``create_app``: the FastAPI application: store, templates, static files, security, routers, error pages.
 
 The store is opened (and migrated) once per app; ``app.state`` keeps the session factory (``sessions``),
-the templates, the ``secure_cookies`` flag and the nav ``areas``. Routers come from
+the templates, the ``secure_cookies`` flag, the nav ``areas``, the ``background`` work (model replies,
+DyePack runs, report builds: ``assay.web.background``) and, while the app runs, its ``sweeper``: the one
+periodic job (``assay.web.sweeper``), started by the lifespan, so no GET handler writes. Routers come from
 ``assay.web.routes.ROUTER_MODULES``. The dependencies routes use live in ``assay.web.security`` and are
 re-exported here: ``DbSession``, ``CurrentUser``, ``OptionalUser``, ``require``.
 
@@ -17,6 +19,8 @@ import importlib.util
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -31,8 +35,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from assay import __version__
 from assay.errors import UserError
+from assay.star.workflow import NotAllowed, NotYours
 from assay.store.engine import open_store
-from assay.web.report_builds import ReportBuilds
+from assay.web.background import BackgroundWork
 from assay.web.routes import load_routers, page_context, render
 from assay.web.security import (
     CurrentUser,
@@ -46,6 +51,7 @@ from assay.web.security import (
     not_authenticated_response,
     require,
 )
+from assay.web.sweeper import SWEEP_SECONDS, Sweeper
 
 __all__ = ["CurrentUser", "DbSession", "OptionalUser", "create_app", "db", "require"]
 
@@ -79,10 +85,25 @@ def app_from_env() -> FastAPI:
     return create_app(secure_cookies=os.environ.get(SECURE_COOKIES_ENV) == "1")
 
 
-def create_app(database_url: str | None = None, *, secure_cookies: bool = False) -> FastAPI:
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """While the app serves: the sweeper (one sweep at once, then every ``app.state.sweep_seconds``)."""
+    app.state.sweeper = Sweeper(
+        app.state.sessions, app.state.background.holding("dyepack"), app.state.sweep_seconds
+    ).start()
+    try:
+        yield
+    finally:
+        app.state.sweeper.stop()
+
+
+def create_app(
+    database_url: str | None = None, *, secure_cookies: bool = False, sweep_seconds: float = SWEEP_SECONDS
+) -> FastAPI:
     """The web app over the store at ``database_url`` (default: ``settings().database_url``).
 
     ``secure_cookies``: mark the session cookie Secure; turn it on whenever the site is served over HTTPS.
+    ``sweep_seconds``: how often the sweeper releases expired claims and fails orphaned DyePack runs.
     """
     app = FastAPI(
         title="assay",
@@ -93,12 +114,15 @@ def create_app(database_url: str | None = None, *, secure_cookies: bool = False)
         docs_url=None,  # served by _docs_page, with the Swagger UI files from this host
         redoc_url=None,
         dependencies=[Depends(csrf_protect)],
+        lifespan=lifespan,
     )
     app.state.sessions = open_store(database_url)
     app.state.secure_cookies = secure_cookies
     app.state.templates = make_templates()
     app.state.areas = []
-    app.state.report_builds = ReportBuilds()  # STAR analysis reports built in the background
+    app.state.background = BackgroundWork()
+    app.state.sweep_seconds = sweep_seconds
+    app.state.sweeper = None  # set while the app runs (lifespan)
     app.add_middleware(SecurityHeaders)
     _add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -107,6 +131,8 @@ def create_app(database_url: str | None = None, *, secure_cookies: bool = False)
         app.state.areas.extend(areas)
     app.add_exception_handler(NotAuthenticated, not_authenticated_response)
     app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(NotYours, _refused)
+    app.add_exception_handler(NotAllowed, _refused)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
@@ -172,6 +198,12 @@ def _user_error(request: Request, exc: Exception) -> Response:
     return render(
         request, "error.html", status_code=400, status=400, title="Cannot do that", message=str(exc)
     )
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    """A pillar's refusal as HTTP: ``NotYours`` is a 404 (ids reveal nothing), ``NotAllowed`` a 403."""
+    status = 404 if isinstance(exc, NotYours) else 403
+    return await _http_error(request, StarletteHTTPException(status, str(exc)))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,12 +29,16 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console(soft_wrap=True)
+Who = Annotated[str, typer.Argument(help="Who.")]
+DbUrl = Annotated[
+    str | None, typer.Option("--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME).")
+]
 
 
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+    db: DbUrl = None,
     secure_cookies: bool = typer.Option(
         False, "--secure-cookies", help="Mark the session cookie Secure (serve over HTTPS)."
     ),
@@ -144,7 +148,7 @@ def add(
     team: str | None = typer.Option(None, "--team", help="Leaderboard team, for team members."),
     display_name: str = typer.Option("", "--display-name", help="Name shown on pages."),
     password_file: Path | None = typer.Option(None, "--password-file", help="File whose first line is it."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+    db: DbUrl = None,
 ) -> None:
     """Add a web user.
 
@@ -161,7 +165,7 @@ def add(
 @app.command("list")
 def list_users(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+    db: DbUrl = None,
 ) -> None:
     """List web users and their roles.
 
@@ -194,7 +198,7 @@ def list_users(
 def token(
     username: str = typer.Argument(..., help="Whose token."),
     name: str = typer.Option(..., "--name", help="What the token is for, e.g. 'ci'."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+    db: DbUrl = None,
 ) -> None:
     """Print a new API token for USERNAME (shown once; use it as `Authorization: Bearer TOKEN`).
 
@@ -216,7 +220,7 @@ def _existing(session: Any, username: str) -> Any:
 def password(
     username: str = typer.Argument(..., help="Whose password."),
     password_file: Path | None = typer.Option(None, "--password-file", help="File whose first line is it."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
+    db: DbUrl = None,
 ) -> None:
     """Set USERNAME's password from the shell, ending their sessions and lifting a lockout: the way back in
     for an organiser who forgot theirs (others can get a reset link from an organiser).
@@ -234,30 +238,28 @@ def password(
 
 
 @app.command("disable")
-def disable(
-    username: str = typer.Argument(..., help="Who."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
-) -> None:
+def disable(username: Who, db: DbUrl = None) -> None:
     """Disable USERNAME: they cannot sign in, their sessions end and their API tokens are revoked at once.
 
     Example: assay user disable alice
     """
-    with open_store(db).begin() as session:
-        accounts.set_disabled(session, None, _existing(session, username), True)
-    console.print(f"disabled [bold]{username}[/]", highlight=False)
+    _set_disabled(username, db, True)
 
 
 @app.command("enable")
-def enable(
-    username: str = typer.Argument(..., help="Who."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: ASSAY_DB_URL or ASSAY_HOME)."),
-) -> None:
+def enable(username: Who, db: DbUrl = None) -> None:
     """Enable USERNAME again (old API tokens stay revoked; a lockout from failed sign-ins is lifted).
 
     Example: assay user enable alice
     """
+    _set_disabled(username, db, False)
+
+
+def _set_disabled(username: str, db: str | None, disabled: bool) -> None:
+    """Disable or enable an account from the shell; enabling also lifts a lockout."""
     with open_store(db).begin() as session:
         found = _existing(session, username)
-        accounts.set_disabled(session, None, found, False)
-        accounts.unlock(session, found, quiet=True)
-    console.print(f"enabled [bold]{username}[/]", highlight=False)
+        accounts.set_disabled(session, None, found, disabled)
+        if not disabled:
+            accounts.unlock(session, found, quiet=True)
+    console.print(f"{'disabled' if disabled else 'enabled'} [bold]{username}[/]", highlight=False)

@@ -24,6 +24,7 @@ from assay.star import live
 from assay.star.assign import add_instructions, claim_next, create_campaign, submit_dialogue
 from assay.star.design import draw_design
 from assay.star.spec import CampaignSpec
+from assay.store.enums import Role, RoundStatus, TaskKind
 from assay.store.models import Team, utcnow
 from assay.store.star_models import StarParticipant
 from assay.web import accounts
@@ -44,14 +45,14 @@ CAMPAIGN = {
 }
 # username: (web roles, team, STAR pool roles)
 PEOPLE: dict[str, tuple[list[str], str | None, list[str]]] = {
-    "olga": (["organiser"], None, []),
-    "tom": (["team_member"], "alpha", []),
-    "tina": (["team_member"], "beta", []),
-    "rita": (["red_teamer"], None, ["red_teamer"]),
-    "anna": (["annotator"], None, ["annotator"]),
-    "ben": (["annotator"], None, ["annotator"]),
-    "arno": (["arbitrator"], None, ["arbitrator"]),
-    "vic": (["viewer"], None, []),
+    "olga": ([Role.ORGANISER], None, []),
+    "tom": ([Role.TEAM_MEMBER], "alpha", []),
+    "tina": ([Role.TEAM_MEMBER], "beta", []),
+    "rita": ([Role.RED_TEAMER], None, [Role.RED_TEAMER]),
+    "anna": ([Role.ANNOTATOR], None, [Role.ANNOTATOR]),
+    "ben": ([Role.ANNOTATOR], None, [Role.ANNOTATOR]),
+    "arno": ([Role.ARBITRATOR], None, [Role.ARBITRATOR]),
+    "vic": ([Role.VIEWER], None, []),
 }
 
 
@@ -103,7 +104,7 @@ def _first_dialogue(sessions: sessionmaker[Session], campaign_id: int) -> None:
                 StarParticipant.campaign_id == campaign_id, StarParticipant.external_id == "rita"
             )
         ).one()
-    task_id = claim_next(sessions, rita, "red_team")
+    task_id = claim_next(sessions, rita, TaskKind.RED_TEAM)
     if task_id is None:
         raise UserError("demo seed: no red-team task could be claimed")
     now = utcnow()
@@ -167,7 +168,7 @@ def seed_demo(
         seeded = DemoSeed(passwords, accounts.create_api_token(session, olga, "demo"), campaign)
         if round_dir is not None:
             create_round(session, "demo-round", round_dir)
-            set_status(session, "demo-round", "open")
+            set_status(session, "demo-round", RoundStatus.OPEN)
             seeded.round = "demo-round"
         seeded.dyepack_key = _dyepack(session, folder)
     if seeded.dyepack_key is None:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from assay.errors import UserError
+from assay.errors import UserError, input_error
 from assay.fileio import atomic_path
 from assay.zoo.round import write_metadata
 
@@ -63,10 +63,7 @@ def read_metadata(round_dir: Path) -> list[dict[str, str]]:
         if missing:
             raise UserError(f"{path}:{line}: field '{missing[0]}' is missing")
         if not (round_dir / "models" / row["model_name"] / "model.pt").is_file():
-            raise UserError(
-                f"{path}:{line}: field 'model_name' names a model without model.pt "
-                f"(value: {row['model_name']!r})"
-            )
+            raise input_error(path, line, "model_name", row["model_name"], "names a model without model.pt")
     if not rows:
         raise UserError(f"{path}: lists no models")
     return rows

@@ -14,6 +14,7 @@ from assay.star.analysis.reliability import primary_annotations
 from assay.star.spec import CampaignSpec
 from assay.stats.lrtest import nested_logit_lrtest
 from assay.stats.proportions import odds_ratio_ci, proportion_ci, two_proportion_ztest
+from assay.store.enums import TaskKind
 
 Z_TEST = "pooled two-proportion z-test, two-sided"
 RELATIONS = ("in-group", "out-group")
@@ -125,7 +126,7 @@ def annotated(annotations: pd.DataFrame, dialogues: pd.DataFrame, spec: Campaign
 def annotation_rows(annotations: pd.DataFrame, include_ablation: bool = True) -> pd.DataFrame:
     """First-round ratings; the out-group ablation is kept by default as it exists for this comparison."""
     if include_ablation:
-        return annotations[annotations["kind"] == "annotate"]
+        return annotations[annotations["kind"] == TaskKind.ANNOTATE]
     return primary_annotations(annotations)
 
 
@@ -175,7 +176,7 @@ def final_labels(annotations: pd.DataFrame, spec: CampaignSpec) -> pd.Series:
     i.e. when the annotators leaned towards 'broken' on the full scale."""
     primary = primary_annotations(annotations)
     labels = primary.groupby("dialogue_id")["rating"].apply(lambda r: _majority(r, spec))
-    arbiters = annotations[annotations["kind"] == "arbitrate"]
+    arbiters = annotations[annotations["kind"] == TaskKind.ARBITRATE]
     if "created_at" in arbiters.columns:
         arbiters = arbiters.sort_values("created_at", kind="stable")
     last = arbiters.groupby("dialogue_id")["rating"].last()

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from assay.star.spec import CampaignSpec
 from assay.stats.agreement import Level, bootstrap_alpha_ci, percent_agreement
+from assay.store.enums import TaskKind
 
 ALPHA_TEST = "Krippendorff's alpha, percentile bootstrap over dialogues"
 
@@ -76,7 +77,7 @@ class ReliabilityReport(BaseModel):
 def primary_annotations(annotations: pd.DataFrame) -> pd.DataFrame:
     """The ratings reliability is about: first-round annotations, not arbitration nor the ablation."""
     ablation = annotations["ablation"].eq(True)  # None/NaN (imports without the column's value) is primary
-    return annotations[(annotations["kind"] == "annotate") & ~ablation]
+    return annotations[(annotations["kind"] == TaskKind.ANNOTATE) & ~ablation]
 
 
 def _ordered(annotations: pd.DataFrame) -> pd.DataFrame:
@@ -155,7 +156,9 @@ def arbitration_summary(annotations: pd.DataFrame, spec: CampaignSpec) -> Arbitr
     sizes = primary.groupby("dialogue_id")["rating"].agg(["size", "min", "max"])
     complete = sizes[sizes["size"] >= spec.annotators_per_dialogue]
     arbiters = (
-        _ordered(annotations[annotations["kind"] == "arbitrate"]).groupby("dialogue_id")["rating"].last()
+        _ordered(annotations[annotations["kind"] == TaskKind.ARBITRATE])
+        .groupby("dialogue_id")["rating"]
+        .last()
     )
     arbiters = arbiters[arbiters.index.isin(complete.index)]
     sides = {"more_broken": 0, "less_broken": 0, "neither": 0}

@@ -22,18 +22,11 @@ from pydantic import BaseModel
 
 from assay import __version__
 from assay.star.agents import UNPARSED
-from assay.star.analysis import plots
+from assay.star.analysis import groups, plots
 from assay.star.analysis.coverage import coverage
-from assay.star.analysis.groups import (
-    group_odds_ratios,
-    in_group_annotation,
-    interaction_tests,
-    likert_distribution,
-    parse_group_label,
-    red_team_success,
-)
 from assay.star.analysis.reliability import reliability
 from assay.star.spec import CampaignSpec
+from assay.store.enums import TaskKind
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"
 
@@ -117,7 +110,7 @@ def _rule_group_heatmaps(instructions: pd.DataFrame, dialogues: pd.DataFrame, sp
     attributes = list(spec.demographics.attributes)
     if len(attributes) >= 2 and not targeted.empty:
         first, second = attributes[:2]
-        parsed = targeted["group_label"].map(parse_group_label)
+        parsed = targeted["group_label"].map(groups.parse_group_label)
         both = parsed[parsed.map(lambda g: first in g and second in g)]
         if not both.empty:
             grid = pd.crosstab(both.map(lambda g: g[first]), both.map(lambda g: g[second]))
@@ -215,11 +208,11 @@ def build_report(
     instructions, dialogues, annotations = (frames[k] for k in ("instructions", "dialogues", "annotations"))
     annotations, unparsed = _without_unparsed(annotations)
     rel = reliability(annotations, dialogues, spec, n_boot=n_boot, seed=seed)
-    in_group = in_group_annotation(annotations, dialogues, spec)
-    likert = likert_distribution(annotations, spec)
-    red_team = red_team_success(dialogues, annotations, spec)
-    odds = group_odds_ratios(dialogues, annotations, spec)
-    interactions = interaction_tests(annotations, dialogues, spec)
+    in_group = groups.in_group_annotation(annotations, dialogues, spec)
+    likert = groups.likert_distribution(annotations, spec)
+    red_team = groups.red_team_success(dialogues, annotations, spec)
+    odds = groups.group_odds_ratios(dialogues, annotations, spec)
+    interactions = groups.interaction_tests(annotations, dialogues, spec)
     cover = coverage(instructions, dialogues)
     summary: dict[str, Any] = {
         "campaign": spec.name,
@@ -229,7 +222,7 @@ def build_report(
             "instructions": len(instructions),
             "dialogues": len(dialogues),
             "annotations": len(annotations),
-            "arbitrations": int((annotations["kind"] == "arbitrate").sum()) if len(annotations) else 0,
+            "arbitrations": int((annotations["kind"] == TaskKind.ARBITRATE).sum()) if len(annotations) else 0,
             "unparsed_machine_ratings_excluded": unparsed,
             "machine_dialogues": int(dialogues.get("machine", pd.Series(dtype=bool)).fillna(False).sum()),
         },

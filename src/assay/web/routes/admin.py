@@ -14,26 +14,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.store.models import Team, as_utc
+from assay.store.enums import Role
+from assay.store.models import as_utc
 from assay.store.web_models import ROLES, WebUser
 from assay.web import accounts, audit
+from assay.web.params import path_id, plain_text
 from assay.web.routes import Area, render
 from assay.web.security import DbSession, require
 
-AREAS = [Area("Users", "/admin/users", ("organiser",), "Create and manage accounts.", order=800)]
-Organiser = Annotated[WebUser, Depends(require("organiser"))]
-MAX_ID = 2**31 - 1  # larger ids cannot exist, and SQLite cannot even compare them
-ParticipantId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="A pool member's database id.")]
+AREAS = [Area("Users", "/admin/users", (Role.ORGANISER,), "Create and manage accounts.", order=800)]
+Organiser = Annotated[WebUser, Depends(require(Role.ORGANISER))]
+ParticipantId = Annotated[int, path_id("A pool member's database id.")]
 pages = APIRouter(prefix="/admin", include_in_schema=False)
 api = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
@@ -49,7 +49,7 @@ def _users_page(request: Request, session: Session, status_code: int = 200, **ex
         status_code=status_code,
         users=users,
         locked={u.id for u in users if accounts.is_locked(u)},
-        teams=list(session.scalars(select(Team).order_by(Team.name))),
+        teams=accounts.list_teams(session),
         campaigns=accounts.campaign_names(session),
         roles=ROLES,
         **extra,
@@ -136,7 +136,7 @@ def _user_page(
         members=accounts.linked_members(session, target),
         events=audit.recent(session, 50, target=target.username),
         actor_name=audit.actor_name,
-        teams=list(session.scalars(select(Team).order_by(Team.name))),
+        teams=accounts.list_teams(session),
         campaigns=accounts.campaign_names(session),
         roles=ROLES,
         **extra,
@@ -260,19 +260,7 @@ def unlink_member(
 # ---- JSON API ------------------------------------------------------------------------------------
 
 
-def _plain(text: str) -> str:
-    """Text the database can hold: no NUL, no lone surrogates (SQLite's driver cannot encode them)."""
-    if "\x00" in text:
-        raise ValueError("text must not contain NUL characters")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("text must be valid Unicode") from exc
-    return text
-
-
-Name = Annotated[str, Field(max_length=200), AfterValidator(_plain)]
-Role = Literal["organiser", "team_member", "red_teamer", "annotator", "arbitrator", "viewer"]  # ROLES
+Name = Annotated[str, Field(max_length=200), AfterValidator(plain_text)]
 Username = Annotated[str, PathParam(min_length=1, max_length=200, description="The account's username.")]
 REFUSED = {400: {"description": "Refused: one line says why (bad value, or it would lock you out)"}}
 NO_USER = {404: {"description": "No such user"}}
@@ -332,6 +320,14 @@ class AuditEventOut(BaseModel):
 class LinkOut(BaseModel):
     url: str = Field(description="shown once: send it privately; it works once")
     expires_at: datetime
+
+
+NEW_LINK: dict[str, Any] = {"response_model": LinkOut, "status_code": 201}  # what the link routes answer
+
+
+def _link_out(request: Request, page: str, raw: str, expires_at: datetime) -> LinkOut:
+    """The single-use link to ``page`` (``invite_page``, ``reset_page``) for the raw token."""
+    return LinkOut(url=str(request.url_for(page, token=raw)), expires_at=as_utc(expires_at))
 
 
 def _user_out(session: Session, target: WebUser) -> UserOut:
@@ -416,16 +412,14 @@ def api_unlock(session: DbSession, user: Organiser, username: Username) -> UserO
 
 @api.post(
     "/users/{username}/password-reset",
-    response_model=LinkOut,
-    status_code=201,
+    **NEW_LINK,
     summary="A single-use password-reset link, valid 24 hours (an older unused one stops working)",
     responses={**FORBIDDEN, **NO_USER, **REFUSED},
 )
 def api_password_reset(request: Request, session: DbSession, user: Organiser, username: Username) -> LinkOut:
     target = _target(session, username)
     raw = accounts.create_password_reset(session, user, target)
-    expires = accounts.open_password_reset(session, raw).expires_at
-    return LinkOut(url=str(request.url_for("reset_page", token=raw)), expires_at=as_utc(expires))
+    return _link_out(request, "reset_page", raw, accounts.open_password_reset(session, raw).expires_at)
 
 
 @api.post(
@@ -463,8 +457,7 @@ def api_unlink(
 
 @api.post(
     "/invitations",
-    response_model=LinkOut,
-    status_code=201,
+    **NEW_LINK,
     summary="A single-use invitation link with roles, and optionally a team and a STAR pool member",
     responses={**FORBIDDEN, **REFUSED},
 )
@@ -477,8 +470,7 @@ def api_invitation(request: Request, session: DbSession, user: Organiser, body: 
         accounts.find_pool_member(session, body.campaign, body.member),
         body.valid_hours,
     )
-    expires = accounts.open_invitation(session, raw).expires_at
-    return LinkOut(url=str(request.url_for("invite_page", token=raw)), expires_at=as_utc(expires))
+    return _link_out(request, "invite_page", raw, accounts.open_invitation(session, raw).expires_at)
 
 
 router = APIRouter()

@@ -29,6 +29,22 @@ from assay.web.security import (
 
 router = APIRouter(include_in_schema=False)
 AREAS = [Area("Account", "/account", description="Your roles and API tokens.", order=900)]
+Username = Annotated[str, Form(max_length=200)]
+Password = Annotated[str, Form(max_length=1000)]
+
+
+def _sign_in(request: Request, session: Session, user: WebUser, to: str) -> Response:
+    """Redirect to ``to`` as ``user``: the browser's old session (if any) ends and a new token is issued."""
+    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
+    response = redirect(to)
+    set_session_cookie(request, response, accounts.start_session(session, user))
+    return response
+
+
+def _same(password: str, password_again: str) -> str:
+    if password != password_again:
+        raise UserError("the two passwords differ")
+    return password
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -42,8 +58,8 @@ def login_page(request: Request, user: OptionalUser, next: str = "/") -> Respons
 def login(
     request: Request,
     session: DbSession,
-    username: Annotated[str, Form(max_length=200)],
-    password: Annotated[str, Form(max_length=1000)],
+    username: Username,
+    password: Password,
     next: Annotated[str, Form()] = "/",
 ) -> Response:
     try:
@@ -52,10 +68,7 @@ def login(
         return render(
             request, "login.html", status_code=401, next=safe_next(next), username=username, error=err
         )
-    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
-    response = redirect(safe_next(next))
-    set_session_cookie(request, response, accounts.start_session(session, user))
-    return response
+    return _sign_in(request, session, user, safe_next(next))
 
 
 @router.post("/logout")
@@ -78,15 +91,13 @@ def accept_invite(
     session: DbSession,
     user: OptionalUser,
     token: str,
-    username: Annotated[str, Form(max_length=200)],
-    password: Annotated[str, Form(max_length=1000)],
-    password_again: Annotated[str, Form(max_length=1000)],
+    username: Username,
+    password: Password,
+    password_again: Password,
 ) -> Response:
     invitation = accounts.open_invitation(session, token)
     try:
-        if password != password_again:
-            raise UserError("the two passwords differ")
-        new_user = accounts.accept_invitation(session, token, username, password)
+        new_user = accounts.accept_invitation(session, token, username, _same(password, password_again))
     except UserError as err:
         session.rollback()  # nothing half-made: the user row, if flushed, goes
         return render(
@@ -98,10 +109,7 @@ def accept_invite(
             username=username,
             error=err,
         )
-    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
-    response = redirect("/")
-    set_session_cookie(request, response, accounts.start_session(session, new_user))
-    return response
+    return _sign_in(request, session, new_user, "/")
 
 
 def _reset_user(session: Session, reset: WebPasswordReset) -> WebUser:
@@ -121,23 +129,18 @@ def reset_password(
     session: DbSession,
     user: OptionalUser,
     token: str,
-    password: Annotated[str, Form(max_length=1000)],
-    password_again: Annotated[str, Form(max_length=1000)],
+    password: Password,
+    password_again: Password,
 ) -> Response:
     """A used link ends every session of its user; the browser that used it is signed in afresh."""
     reset = accounts.open_password_reset(session, token)
     target = _reset_user(session, reset)
     try:
-        if password != password_again:
-            raise UserError("the two passwords differ")
-        accounts.use_password_reset(session, token, password)
+        accounts.use_password_reset(session, token, _same(password, password_again))
     except UserError as err:
         session.rollback()
         return render(request, "reset.html", 400, token=token, reset=reset, target=target, error=err)
-    accounts.end_session(session, request.cookies.get(SESSION_COOKIE))
-    response = redirect("/")
-    set_session_cookie(request, response, accounts.start_session(session, target))
-    return response
+    return _sign_in(request, session, target, "/")
 
 
 def _account_page(request: Request, session: DbSession, user: CurrentUser, **extra: object) -> Response:

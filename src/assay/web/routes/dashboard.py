@@ -2,8 +2,9 @@
 
 One page answers "is anything stuck?": each leaderboard round's status, the job queue and worker health
 (``assay.leaderboard.status``), each STAR campaign's progress, shortfalls, agreement so far and arbitration
-rate (``assay.star.progress``, without bootstrap so the page stays fast), and the DyePack verification runs.
-The details live on each pillar's own pages, linked from here.
+rate (``assay.star.status``), the DyePack verification runs (``assay.dyepack.registry``), and this server
+process's background work and sweeper (``assay.web.background``, ``assay.web.sweeper``). Every figure comes
+from its owner's summary function; the details live on each pillar's own pages, linked from here.
 """
 
 from __future__ import annotations
@@ -14,37 +15,22 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.dyepack.registry import DyePackSummary, run_summary
 from assay.leaderboard.status import QueueStatus, queue_status
-from assay.star.live import latest_report
-from assay.star.progress import campaign_progress
+from assay.star.status import CampaignSummary, campaign_summaries
+from assay.store.enums import Role
 from assay.store.models import utcnow
-from assay.store.star_models import StarCampaign
 from assay.store.web_models import WebUser
+from assay.web.background import BackgroundStatus
 from assay.web.routes import Area, render
 from assay.web.security import DbSession, require
+from assay.web.sweeper import SWEEP_SECONDS, SweeperStatus
 
 router = APIRouter()
-AREAS = [Area("Dashboard", "/dashboard", ("organiser",), "Rounds, queue, workers, campaigns, DyePack.", 5)]
-Organiser = Annotated[WebUser, Depends(require("organiser"))]
-
-
-class CampaignSummary(BaseModel):
-    """One STAR campaign at a glance; ``alpha`` is ordinal Krippendorff alpha over complete first rounds."""
-
-    name: str
-    tasks: dict[str, dict[str, int]]
-    dialogues: int
-    machine_dialogues: int
-    complete_first_rounds: int
-    shortfall_tasks: int
-    alpha: float | None
-    alpha_units: int
-    arbitration_rate: float | None
-    report_at: datetime | None
+AREAS = [Area("Dashboard", "/dashboard", (Role.ORGANISER,), "Rounds, queue, workers, campaigns, DyePack.", 5)]
+Organiser = Annotated[WebUser, Depends(require(Role.ORGANISER))]
 
 
 class Overview(BaseModel):
@@ -52,47 +38,39 @@ class Overview(BaseModel):
     leaderboard: QueueStatus
     campaigns: list[CampaignSummary]
     dyepack: DyePackSummary
+    background: BackgroundStatus  # this server process's
+    sweeper: SweeperStatus  # this server process's
 
 
-def _campaign(session: Session, campaign: StarCampaign) -> CampaignSummary:
-    progress = campaign_progress(session, campaign, n_boot=0)
-    report = latest_report(session, campaign)
-    return CampaignSummary(
-        name=campaign.name,
-        tasks=progress.tasks,
-        dialogues=progress.dialogues,
-        machine_dialogues=progress.machine_dialogues,
-        complete_first_rounds=progress.complete_first_rounds,
-        shortfall_tasks=sum(s.tasks for s in progress.shortfalls),
-        alpha=progress.agreement.alpha,
-        alpha_units=progress.agreement.n_units,
-        arbitration_rate=progress.arbitration.rate,
-        report_at=report.created_at if report else None,
-    )
+def _sweeper(request: Request) -> SweeperStatus:
+    """The running sweeper's status; an app served without its lifespan has none yet."""
+    sweeper = request.app.state.sweeper
+    return sweeper.status() if sweeper is not None else SweeperStatus(every_s=SWEEP_SECONDS, last=None)
 
 
-def overview(session: Session) -> Overview:
-    """Everything the dashboard shows, from each pillar's own summary function."""
-    campaigns = session.scalars(select(StarCampaign).order_by(StarCampaign.name))
+def overview(request: Request, session: Session) -> Overview:
+    """Everything the dashboard shows, from each owner's own summary function."""
     return Overview(
         generated_at=utcnow(),
         leaderboard=queue_status(session),
-        campaigns=[_campaign(session, c) for c in campaigns],
+        campaigns=campaign_summaries(session),
         dyepack=run_summary(session),
+        background=request.app.state.background.status(),
+        sweeper=_sweeper(request),
     )
 
 
 @router.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
 def dashboard(request: Request, session: DbSession, user: Organiser) -> HTMLResponse:
-    return render(request, "dashboard.html", o=overview(session))
+    return render(request, "dashboard.html", o=overview(request, session))
 
 
 @router.get(
     "/api/v1/dashboard",
     response_model=Overview,
     tags=["dashboard"],
-    summary="Organisers: rounds, queue and worker health, campaign progress, DyePack runs",
+    summary="Organisers: rounds, queue and worker health, campaign progress, DyePack runs, background work",
     responses={401: {"description": "not signed in"}, 403: {"description": "not an organiser"}},
 )
-def dashboard_api(session: DbSession, user: Organiser) -> Overview:
-    return overview(session)
+def dashboard_api(request: Request, session: DbSession, user: Organiser) -> Overview:
+    return overview(request, session)

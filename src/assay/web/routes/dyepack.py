@@ -1,10 +1,12 @@
 """DyePack pages and JSON API: register released benchmarks by their commitment, verify models, show verdicts.
 
 Viewers and organisers read; only organisers register and run (a run loads the model spec's code or files
-on the server). Keys never leave the request that uploads them except into the run's background thread:
+on the server). Keys never leave the request that uploads them except into the run's background job:
 see ``assay.dyepack.registry`` for the rule and for what is shown (nothing that reveals a trigger, a target
-or a backdoor row, to anyone). Verifications run on a small thread pool, never on the event loop; each run
-this process holds beats a heartbeat (``registry.heartbeat``) so servers on other hosts can fail it if we die.
+or a backdoor row, to anyone). Verifications run in the app's ``dyepack`` lane of background work
+(``assay.web.background``), never on the event loop; each run this process holds beats a heartbeat
+(``registry.heartbeat``) from the moment it is queued, so servers on other hosts can fail it if we die.
+Reads never write: runs whose holder stopped are failed by the app's sweeper (``assay.web.sweeper``).
 
 Request bodies are bounded while they arrive (``assay.web.uploads``): a run's form at
 ``registry.MAX_RELEASE_BYTES + registry.MAX_KEY_BYTES + FORM_OVERHEAD``, everything else (registration,
@@ -14,24 +16,24 @@ JSON) at ``MAX_FORM_BYTES``; a file over its own limit inside an allowed body is
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, File, Form, HTTPException, Path, Query, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, Response
 from pydantic import AfterValidator, BaseModel, Field
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile as StarletteUpload  # what the form parser hands over
 
 from assay.dyepack import registry
 from assay.errors import UserError
 from assay.models import GenerationParams
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
-from assay.store.heartbeat import Heartbeat
+from assay.store.enums import Role
 from assay.store.models import as_utc
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
+from assay.web.params import MAX_ID, path_id
 from assay.web.routes import Area, redirect, render
 from assay.web.security import DbSession, require
 from assay.web.uploads import FORM_OVERHEAD, TooLarge, bounded_route
@@ -82,40 +84,33 @@ AREAS = [
     Area(
         "DyePack",
         "/dyepack",
-        ("viewer",),
+        (Role.VIEWER,),
         "Contamination checks: released benchmarks, verification runs, verdicts with exact FPRs.",
         order=400,
     )
 ]
-Viewer = Annotated[WebUser, Depends(require("viewer"))]
-Organiser = Annotated[WebUser, Depends(require("organiser"))]
-Id = Annotated[int, Path(ge=1, le=2**62)]
+Viewer = Annotated[WebUser, Depends(require(Role.VIEWER))]
+Organiser = Annotated[WebUser, Depends(require(Role.ORGANISER))]
+Id = Annotated[int, path_id()]
 
 FPR_MEANING = (
     "the probability that a model which never saw this test set follows at least this many of its backdoors"
 )
-_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dyepack-run")
-_active: set[int] = set()  # runs this process holds a key for (queued or running)
+LANE = "dyepack"  # the background lane verifications run in
 
 
 # ---------------------------------------------------------------- shared helpers
 
 
-def _reap(session: Session) -> None:
-    """Fail runs whose key holder stopped (here, or silent on any host), so none shows running forever."""
-    registry.fail_interrupted_runs(session, lambda run: registry.interruption(run, _active))
-
-
 def _benchmark(session: Session, benchmark_id: int) -> DyePackBenchmark:
-    found = session.get(DyePackBenchmark, benchmark_id)
+    found = registry.get_benchmark(session, benchmark_id)
     if found is None:
         raise HTTPException(404, f"no DyePack benchmark with id {benchmark_id}")
     return found
 
 
 def _run(session: Session, run_id: int) -> DyePackRun:
-    _reap(session)
-    found = session.get(DyePackRun, run_id)
+    found = registry.get_run(session, run_id)
     if found is None:
         raise HTTPException(404, f"no DyePack run with id {run_id}")
     return found
@@ -147,17 +142,6 @@ def _number(text: str, field_name: str, low: float, high: float, integer: bool =
     return value
 
 
-def _execute(
-    sessions: sessionmaker[Session], run_id: int, job: registry.VerificationJob, heart: Heartbeat
-) -> None:
-    """The pool's task: one run; afterwards this process no longer holds its key, nor beats for it."""
-    try:
-        registry.execute_run(sessions, run_id, job)
-    finally:
-        heart.stop()
-        _active.discard(run_id)
-
-
 def _start(
     request: Request,
     session: Session,
@@ -165,30 +149,24 @@ def _start(
     job: registry.VerificationJob,
     release_name: str,
     user: WebUser,
-) -> DyePackRun:
-    """Record a queued run, commit it (the worker thread reads it), and hand the job to the pool."""
-    run = registry.create_run(session, benchmark, job, release_name, user.id)
-    _active.add(run.id)
+) -> int:
+    """Record a queued run and commit it (the job reads it), then run it in the background; the run id.
+
+    The background job is reserved before the commit, so the sweeper counts the run as held by this process
+    from the moment any process can see it; the heartbeat runs from the queue on (a wait is not a death).
+    """
+    run_id = registry.create_run(session, benchmark, job, release_name, user.id).id
+    background = request.app.state.background
+    ticket = background.reserve(LANE, f"DyePack run {run_id} ({benchmark.name})", key=run_id)
     try:
         session.commit()
     except BaseException:
-        _active.discard(run.id)
+        background.cancel(ticket)
         raise
     sessions = request.app.state.sessions
-    heart = registry.heartbeat(sessions, run.id)  # from the queue on: a wait is not a death
-    try:
-        _executor.submit(_execute, sessions, run.id, job, heart)
-    except BaseException:  # the pool is shutting down: the run is left to be reaped as interrupted
-        heart.stop()
-        _active.discard(run.id)
-        raise
-    return run
-
-
-def _seconds(run: DyePackRun) -> float | None:
-    if run.started_at is None or run.finished_at is None:
-        return None
-    return (run.finished_at.replace(tzinfo=None) - run.started_at.replace(tzinfo=None)).total_seconds()
+    heart = registry.heartbeat(sessions, run_id)
+    background.start(ticket, lambda: registry.execute_run(sessions, run_id, job, heart))
+    return run_id
 
 
 # ---------------------------------------------------------------- pages
@@ -197,14 +175,13 @@ def _seconds(run: DyePackRun) -> float | None:
 def _index_page(
     request: Request, session: Session, user: WebUser, status_code: int = 200, **extra: Any
 ) -> Response:
-    _reap(session)
     return render(
         request,
         "dyepack_index.html",
         status_code=status_code,
         benchmarks=registry.list_benchmarks(session),
         runs=registry.list_runs(session, limit=20),
-        can_write=has_role(user, "organiser"),
+        can_write=has_role(user, Role.ORGANISER),
         form=extra.pop("form", {}),
         **extra,
     )
@@ -218,14 +195,13 @@ def _benchmark_page(
     status_code: int = 200,
     **extra: Any,
 ) -> Response:
-    _reap(session)
     return render(
         request,
         "dyepack_benchmark.html",
         status_code=status_code,
         benchmark=benchmark,
         runs=registry.list_runs(session, benchmark.id),
-        can_write=has_role(user, "organiser"),
+        can_write=has_role(user, Role.ORGANISER),
         form=extra.pop("form", {"alpha": "0.001", "max_new_tokens": "32"}),
         **extra,
     )
@@ -310,8 +286,7 @@ def start_run(
         return _benchmark_page(request, session, benchmark, user, 413, error=err.detail, form=form)
     except UserError as err:
         return _benchmark_page(request, session, benchmark, user, 400, error=err, form=form)
-    run = _start(request, session, benchmark, job, release_name, user)
-    return redirect(f"/dyepack/runs/{run.id}")
+    return redirect(f"/dyepack/runs/{_start(request, session, benchmark, job, release_name, user)}")
 
 
 @pages.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -321,7 +296,7 @@ def run_page(request: Request, session: DbSession, user: Viewer, run_id: Id) -> 
         request,
         "dyepack_run.html",
         run=run,
-        seconds=_seconds(run),
+        seconds=registry.run_seconds(run),
         fpr_text=registry.format_probability(run.fpr, run.log10_fpr),
         chernoff_text=registry.format_probability(run.chernoff_bound, None),
         k_text=", ".join(str(k) for k in sorted(set(run.k_values or []))),
@@ -429,7 +404,12 @@ _DERIVED = ("benchmark", "model", "seconds")
 def _run_out(run: DyePackRun) -> dict[str, Any]:
     """The API fields of a run: its columns, plus the benchmark's name and the duration."""
     copied = {name: getattr(run, name) for name in RunOut.model_fields if name not in _DERIVED}
-    return {**copied, "benchmark": run.benchmark.name, "model": run.model_spec, "seconds": _seconds(run)}
+    return {
+        **copied,
+        "benchmark": run.benchmark.name,
+        "model": run.model_spec,
+        "seconds": registry.run_seconds(run),
+    }
 
 
 @api.get("/benchmarks", response_model=list[BenchmarkOut], responses=ERRORS, summary="Registered releases")
@@ -459,10 +439,9 @@ def api_register(body: BenchmarkIn, session: DbSession, user: Organiser) -> Benc
 def api_runs(
     session: DbSession,
     user: Viewer,
-    benchmark_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+    benchmark_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[RunOut]:
-    _reap(session)
     return [RunOut(**_run_out(run)) for run in registry.list_runs(session, benchmark_id, limit)]
 
 

@@ -1,0 +1,535 @@
+"""Who sees what of the leaderboard, and the read models every face hands out.
+
+The one home of the sharing rule: the web pages, the JSON API and ``assay leaderboard show/results`` call
+these functions and only render what comes back, so a rule holds everywhere or nowhere. A ``Viewer`` is who
+asks: the web builds one from the signed-in account (roles, linked team); the command line is the
+organiser's tool on the server and asks as the organiser unless ``--as-team TEAM`` is given.
+
+- Rounds and their test standings: everyone (draft rounds: organisers only). A standings row is the public
+  aggregate only: rank, team, technique, overall metrics, number of flagged models. Train and smoke
+  standings (practice runs) are the organisers'.
+- Holdout: organisers always; everyone else only once the round is closed. Before that holdout standings and
+  holdout submissions do not exist for them (``NotVisible``: a 404 on the web), not shown empty.
+- A submission, its job and its logs: members of the submitting team and organisers; to anyone else the
+  submission does not exist. How much detail the team sees depends on the split (``detail_level``): train
+  and smoke, whose ground truth the team holds: everything (each model's answer, the truth, flags, exit code,
+  time, the detector's stderr, metrics by METADATA factor); test: the overall metrics, the ROC curve and each
+  model's NIST flag only (no answers, times or output, so a detector cannot carry facts about sequestered
+  models out); holdout: the overall metrics and ROC only. Organisers see everything.
+- The same files from another team (``duplicate_of``): named only to a viewer who may see the original,
+  which for another team's submission is the organiser.
+- Uploads: members of a team (``submitting_team``); the queue and worker status: organisers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from assay.errors import UserError
+from assay.leaderboard import publish, rounds, submissions
+from assay.leaderboard.publish import Progress, Standing
+from assay.leaderboard.scoring import read_truth
+from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status
+from assay.store.enums import Role, RoundStatus
+from assay.store.models import SPLIT_NAMES, Job, MetricResult, Round, Submission, Team, as_utc, utcnow
+
+PUBLIC_STANDINGS = ("test", "holdout")  # splits whose standings are not the organisers' alone
+Detail = Literal["full", "errors", "aggregate"]
+
+
+# --- who asks, and the refusals ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who asks: their roles and the team their account belongs to (if any)."""
+
+    roles: frozenset[str]
+    team: str | None = None
+
+    @classmethod
+    def organiser(cls) -> Viewer:
+        """The organiser: the command line's viewer on the server, which sees everything."""
+        return cls(frozenset({Role.ORGANISER}))
+
+    @classmethod
+    def member_of(cls, team: str) -> Viewer:
+        """A member of ``team``: what ``--as-team`` asks as, to see the board through a team's eyes."""
+        return cls(frozenset({Role.TEAM_MEMBER}), team)
+
+
+class NotVisible(UserError):
+    """The thing does not exist for this viewer (a 404 on the web), so its existence is not leaked."""
+
+
+class NotAllowed(UserError):
+    """The viewer may see the page but not do this (a 403 on the web)."""
+
+
+def team_viewer(session: Session, team: str | None) -> Viewer:
+    """The command line's viewer: the organiser, or a member of ``team`` (which must exist)."""
+    if team is None:
+        return Viewer.organiser()
+    return Viewer.member_of(rounds.get_team(session, team).name)
+
+
+# --- the rule: one function per decision ------------------------------------------------------------------
+
+
+def is_organiser(viewer: Viewer) -> bool:
+    """Organisers run the board: they see every round, submission and log."""
+    return Role.ORGANISER in viewer.roles
+
+
+def team_of(viewer: Viewer) -> str | None:
+    """The team whose submissions the viewer may see and make: only team members (or organisers) have one."""
+    has_role = is_organiser(viewer) or Role.TEAM_MEMBER in viewer.roles
+    return viewer.team if has_role else None
+
+
+def may_see_round(viewer: Viewer, round_: Round) -> bool:
+    """A draft round is still being set up: organisers only."""
+    return round_.status != RoundStatus.DRAFT or is_organiser(viewer)
+
+
+def holdout_hidden(viewer: Viewer, round_: Round) -> bool:
+    """Holdout results stay with the organisers until the round closes."""
+    return round_.status not in (RoundStatus.CLOSED, RoundStatus.ARCHIVED) and not is_organiser(viewer)
+
+
+def may_see(viewer: Viewer, submission: Submission) -> bool:
+    """Organisers see every submission; a team member their own team's, holdout ones once it is public."""
+    if is_organiser(viewer):
+        return True
+    team = team_of(viewer)
+    round_ = submission.split.round
+    hidden = not may_see_round(viewer, round_) or (
+        submission.split.name == "holdout" and holdout_hidden(viewer, round_)
+    )
+    return team is not None and submission.team.name == team and not hidden
+
+
+def detail_level(viewer: Viewer, submission: Submission) -> Detail:
+    """How much of a visible submission the viewer sees (the module docstring gives the rule and why)."""
+    if is_organiser(viewer) or submission.split.show_logs:
+        return "full"
+    return "errors" if submission.split.name == "test" else "aggregate"
+
+
+def may_open(viewer: Viewer, row: Standing) -> bool:
+    """Whether a standings row links to its submission for this viewer: organisers' and the team's own."""
+    team = team_of(viewer)
+    return is_organiser(viewer) or (team is not None and row.team == team)
+
+
+def submitting_team(viewer: Viewer) -> str:
+    """The team an upload is made for; ``NotAllowed`` for anyone who belongs to none."""
+    team = team_of(viewer)
+    if team is None:
+        raise NotAllowed("only members of a team can submit: ask an organiser to add you to one")
+    return team
+
+
+# --- finding things the viewer may see --------------------------------------------------------------------
+
+
+def find_round(session: Session, viewer: Viewer, name: str) -> Round:
+    """The round called ``name``, or ``NotVisible`` (no such round, or a draft for a non-organiser)."""
+    found = session.scalar(select(Round).where(Round.name == name))
+    if found is None or not may_see_round(viewer, found):
+        raise NotVisible(f"no round named {name!r}")
+    return found
+
+
+def find_submission(session: Session, viewer: Viewer, submission_id: int) -> Submission:
+    """Submission ``submission_id`` if the viewer may see it, else ``NotVisible``."""
+    found = session.get(Submission, submission_id)
+    if found is None or not may_see(viewer, found):
+        raise NotVisible(f"no submission {submission_id}")
+    return found
+
+
+def find_job(session: Session, viewer: Viewer, job_id: int) -> Job:
+    """Job ``job_id`` if the viewer may see its submission, else ``NotVisible``."""
+    found = session.get(Job, job_id)
+    if found is None or not may_see(viewer, found.submission):
+        raise NotVisible(f"no job {job_id}")
+    return found
+
+
+# --- read models --------------------------------------------------------------------------------------------
+
+
+class RoundOut(BaseModel):
+    """A round as anyone who may see it sees it."""
+
+    name: str
+    status: str
+    metric: str
+    submission_window_s: int
+    opened_at: datetime | None
+    closed_at: datetime | None
+    splits: list[str]
+
+
+class StandingsOut(BaseModel):
+    """A split's ranked public rows."""
+
+    round: str
+    split: str
+    metric: str
+    best_per_team: bool
+    rows: list[Standing]
+
+
+class ModelRow(BaseModel):
+    """One model of a job; ``answer``, ``truth``, ``exit_code``, ``seconds`` and ``stderr`` at "full" only."""
+
+    model: str
+    flags: str
+    answer: float | None = None
+    truth: int | None = None
+    exit_code: int | None = None
+    seconds: float | None = None
+    stderr: str | None = None
+
+
+class SubmissionOut(BaseModel):
+    """A submission, its job, metrics, per-model results and harness log, cut to the viewer's detail."""
+
+    id: int
+    team: str
+    round: str
+    split: str
+    status: str
+    technique: str
+    submitted_at: datetime
+    sha256: str
+    validation_errors: list[str]
+    duplicate_of: int | None
+    job: JobProgress | None
+    detail: Detail
+    metrics: dict[str, float | None]
+    groups: dict[str, dict[str, dict[str, float | None]]]
+    models: list[ModelRow]
+    log: str
+
+
+class SubmissionRow(BaseModel):
+    """One line of a team's list of its submissions."""
+
+    id: int
+    split: str
+    status: str
+    technique: str
+    submitted_at: datetime
+    job_id: int | None
+
+
+class SubmissionLogs(BaseModel):
+    """The harness's notes, and each model's detector output where the viewer is shown it."""
+
+    submission_id: int
+    team: str
+    round: str
+    split: str
+    status: str
+    harness_log: str
+    detector_output_shared: bool
+    models: list[ModelRow]
+
+
+class RoundBoard(BaseModel):
+    """Everything the round page shows this viewer; ``holdout`` is None while it is hidden from them."""
+
+    round: RoundOut
+    team: str | None
+    best: list[Standing]
+    every: list[Standing]
+    holdout: list[Standing] | None
+    linkable: set[int]
+    trend: Progress
+    own: list[SubmissionRow]
+    window: datetime | None
+
+
+class UploadForm(BaseModel):
+    """What the upload page shows a team: the round, when its next test submission may come, its latest."""
+
+    round: RoundOut
+    team: str
+    window: datetime | None
+    own: list[SubmissionRow]
+
+
+class RoundListing(BaseModel):
+    """A round as the organiser lists it: its data set folder and the number of models per split."""
+
+    name: str
+    status: str
+    dataset: str
+    metric: str
+    splits: dict[str, int]
+
+
+class TeamListing(BaseModel):
+    """A team as the organiser lists it (contacts are the organiser's only)."""
+
+    name: str
+    contact: str
+    kind: str
+    disabled: bool
+
+
+# --- building them ------------------------------------------------------------------------------------------
+
+
+def round_out(round_: Round) -> RoundOut:
+    """The public facts of a round."""
+    return RoundOut(
+        name=round_.name,
+        status=round_.status,
+        metric=round_.metric,
+        submission_window_s=round_.submission_window_s,
+        opened_at=as_utc(round_.opened_at),
+        closed_at=as_utc(round_.closed_at),
+        splits=[name for name in SPLIT_NAMES if name in {s.name for s in round_.splits}],
+    )
+
+
+def visible_rounds(session: Session, viewer: Viewer) -> list[RoundOut]:
+    """The rounds the viewer may see, newest first."""
+    found = session.scalars(select(Round).order_by(Round.id.desc())).all()
+    return [round_out(r) for r in found if may_see_round(viewer, r)]
+
+
+def standings_view(
+    session: Session, viewer: Viewer, name: str, split: str, best: bool = True
+) -> StandingsOut:
+    """Ranked public rows of a round's split; ``NotVisible`` for holdout before close, practice splits to
+    teams, or a round the viewer may not see."""
+    round_ = find_round(session, viewer, name)
+    rounds.get_split(round_, split)  # a UserError naming the splits there are (public: see ``round_out``)
+    if split not in PUBLIC_STANDINGS and not is_organiser(viewer):
+        raise NotVisible(f"standings of the {split} split are for the organisers")
+    if split == "holdout" and holdout_hidden(viewer, round_):
+        raise NotVisible("holdout standings are published when the round closes")
+    rows = publish.standings(session, round_.name, split, best_per_team=best)
+    return StandingsOut(round=round_.name, split=split, metric=round_.metric, best_per_team=best, rows=rows)
+
+
+def _truth(submission: Submission) -> dict[str, int]:
+    try:
+        return read_truth(submission.split.truth_path)
+    except UserError:  # a moved round folder: the page still shows what the store holds
+        return {}
+
+
+def _model_rows(submission: Submission, detail: Detail) -> list[ModelRow]:
+    if submission.job is None or detail == "aggregate":
+        return []
+    results = sorted(submission.job.results, key=lambda r: r.model_name)
+    if detail == "errors":
+        return [ModelRow(model=r.model_name, flags=r.flags) for r in results]
+    truth = _truth(submission)
+    return [
+        ModelRow(
+            model=r.model_name,
+            flags=r.flags,
+            answer=r.value,
+            truth=truth.get(r.model_name),
+            exit_code=r.exit_code,
+            seconds=round(r.wall_seconds, 3),
+            stderr=r.stderr,
+        )
+        for r in results
+    ]
+
+
+MetricRow = tuple[str, str, str, float | None]  # name, METADATA column ("" overall), its value, the score
+
+
+def _metric_rows(session: Session, job: Job | None) -> list[MetricRow]:
+    """A job's scores as plain rows: a read model needs only the numbers, not hundreds of tracked objects."""
+    if job is None:
+        return []
+    columns = (MetricResult.name, MetricResult.group_column, MetricResult.group_value, MetricResult.value)
+    return list(session.execute(select(*columns).where(MetricResult.job_id == job.id)).tuples())
+
+
+def _groups(rows: list[MetricRow], detail: Detail) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Metrics by METADATA factor: they say how the detector did on groups of models, so "full" only."""
+    groups: dict[str, dict[str, dict[str, float | None]]] = {}
+    if detail == "full":
+        for name, column, value, score in rows:
+            if column:
+                groups.setdefault(column, {}).setdefault(value, {})[name] = score
+    return groups
+
+
+def _duplicate_of(session: Session, viewer: Viewer, submission: Submission) -> int | None:
+    """The original of the same files, named only if the viewer may see it."""
+    if submission.duplicate_of_id is None:
+        return None
+    original = session.get(Submission, submission.duplicate_of_id)
+    return original.id if original is not None and may_see(viewer, original) else None
+
+
+def _describe(session: Session, viewer: Viewer, submission: Submission) -> SubmissionOut:
+    """A submission already found visible (``find_submission``), cut to the viewer's ``detail_level``."""
+    detail = detail_level(viewer, submission)
+    job = submission.job
+    scores = _metric_rows(session, job)
+    return SubmissionOut(
+        id=submission.id,
+        team=submission.team.name,
+        round=submission.split.round.name,
+        split=submission.split.name,
+        status=submission.status,
+        technique=submission.technique,
+        submitted_at=as_utc(submission.submitted_at),
+        sha256=submission.artifact_sha256,
+        validation_errors=submission.validation_errors.splitlines(),
+        duplicate_of=_duplicate_of(session, viewer, submission),
+        job=job_progress(session, job) if job is not None else None,
+        detail=detail,
+        metrics={name: score for name, column, _, score in scores if not column},
+        groups=_groups(scores, detail),
+        models=_model_rows(submission, detail),
+        log=job.log if job is not None else "",
+    )
+
+
+def submission_view(session: Session, viewer: Viewer, submission_id: int) -> SubmissionOut:
+    """Submission ``submission_id`` as the viewer may see it, or ``NotVisible``."""
+    return _describe(session, viewer, find_submission(session, viewer, submission_id))
+
+
+def job_view(session: Session, viewer: Viewer, job_id: int) -> JobProgress:
+    """A job's progress, for whoever may see its submission."""
+    return job_progress(session, find_job(session, viewer, job_id))
+
+
+def submission_logs(session: Session, viewer: Viewer, submission_id: int) -> SubmissionLogs:
+    """The harness log always; each model's stderr only at "full" detail."""
+    record = submission_view(session, viewer, submission_id)
+    shared = record.detail == "full"
+    return SubmissionLogs(
+        submission_id=record.id,
+        team=record.team,
+        round=record.round,
+        split=record.split,
+        status=record.status,
+        harness_log=record.log,
+        detector_output_shared=shared,
+        models=record.models if shared else [],
+    )
+
+
+def roc_svg(session: Session, record: SubmissionOut, size: int = 240) -> str:
+    """The ROC curve of a visible, scored submission as inline SVG; "" when unscored or its truth moved."""
+    if not record.metrics:
+        return ""
+    try:
+        return publish.roc_svg(session, record.id, size=size)
+    except UserError:  # the round's truth folder moved: the scores in the store are still worth showing
+        return ""
+
+
+def _row(submission: Submission) -> SubmissionRow:
+    job = submission.job
+    return SubmissionRow(
+        id=submission.id,
+        split=submission.split.name,
+        status=submission.status,
+        technique=submission.technique,
+        submitted_at=as_utc(submission.submitted_at),
+        job_id=job.id if job is not None else None,
+    )
+
+
+def team_submissions(session: Session, viewer: Viewer, round_: Round) -> list[SubmissionRow]:
+    """The viewer's team's submissions to the round that the viewer may see, newest first."""
+    team = team_of(viewer)
+    if team is None:
+        return []
+    found = session.scalars(
+        select(Submission)
+        .join(Team, Submission.team_id == Team.id)
+        .where(Team.name == team, Submission.split_id.in_([s.id for s in round_.splits]))
+        .order_by(Submission.id.desc())
+    )
+    return [_row(s) for s in found if may_see(viewer, s)]
+
+
+def window_reopens(session: Session, team: str, round_: Round) -> datetime | None:
+    """When the team may next submit to the round's test split (None: now)."""
+    test = rounds.get_split(round_, "test")
+    team_id = rounds.get_team(session, team).id
+    return submissions.window_reopens_at(session, team_id, test.id, round_.submission_window_s, utcnow())
+
+
+def round_board(session: Session, viewer: Viewer, name: str) -> RoundBoard:
+    """The round page: test standings, holdout once the viewer may see it, the team's own submissions."""
+    round_ = find_round(session, viewer, name)
+    team = team_of(viewer)
+    every = publish.standings(session, round_.name, "test", best_per_team=False)
+    holdout = None if holdout_hidden(viewer, round_) else publish.standings(session, round_.name, "holdout")
+    return RoundBoard(
+        round=round_out(round_),
+        team=team,
+        best=publish.standings(session, round_.name, "test"),
+        every=every,
+        holdout=holdout,
+        linkable={r.submission_id for r in every + (holdout or []) if may_open(viewer, r)},
+        trend=publish.progress(session, round_.name),
+        own=team_submissions(session, viewer, round_),
+        window=window_reopens(session, team, round_) if team is not None else None,
+    )
+
+
+def upload_form(session: Session, viewer: Viewer, name: str, latest: int = 5) -> UploadForm:
+    """The upload page: ``NotVisible`` for an unseen round, ``NotAllowed`` for a viewer with no team."""
+    round_ = find_round(session, viewer, name)
+    team = submitting_team(viewer)
+    return UploadForm(
+        round=round_out(round_),
+        team=team,
+        window=window_reopens(session, team, round_),
+        own=team_submissions(session, viewer, round_)[:latest],
+    )
+
+
+def queue_view(session: Session, viewer: Viewer) -> QueueStatus:
+    """The queue and worker status (``status.queue_status``): organisers only, ``NotAllowed`` otherwise."""
+    if not is_organiser(viewer):
+        raise NotAllowed("the queue and worker status is for organisers")
+    return queue_status(session)
+
+
+def round_listing(session: Session) -> list[RoundListing]:
+    """Every round with its data set and split sizes, oldest first: the organiser's list."""
+    return [
+        RoundListing(
+            name=r.name,
+            status=r.status,
+            dataset=r.dataset,
+            metric=r.metric,
+            splits={s.name: len(rounds.split_models(s)) for s in r.splits},
+        )
+        for r in session.scalars(select(Round).order_by(Round.id))
+    ]
+
+
+def team_listing(session: Session) -> list[TeamListing]:
+    """Every team with its contact, oldest first: the organiser's list."""
+    return [
+        TeamListing(name=t.name, contact=t.contact, kind=t.kind, disabled=t.disabled)
+        for t in session.scalars(select(Team).order_by(Team.id))
+    ]

@@ -1,0 +1,132 @@
+"""STAR participant pools: CSV/YAML import against the spec, one-line errors, upsert, membership rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from assay.errors import UserError
+from assay.star.assign import create_campaign
+from assay.star.participants import import_pool, load_pool, membership
+from assay.star.spec import PREFER_NOT_TO_SAY, load_spec
+from assay.store import StarParticipant, open_store
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "star-campaign.yaml"
+HEADER = "id,name,roles,expertise,race,gender,daily_cap,opted_out\n"
+
+
+@pytest.fixture
+def spec():
+    return load_spec(EXAMPLE)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_csv_pool_reads_lists_defaults_and_spelling(tmp_path: Path, spec) -> None:
+    path = write(
+        tmp_path,
+        "pool.csv",
+        HEADER
+        + "p1,Ada,red_teamer;Annotator,medical; law ,asian;White,female,5,yes\n"
+        + "p2,,red teamer,,prefer not to say,,,\n",
+    )
+    first, second = load_pool(path, spec)
+    assert first.roles == ["red_teamer", "annotator"] and first.expertise == ["medical", "law"]
+    assert first.demographics == {"race": ["Asian", "White"], "gender": ["female"]}
+    assert (first.daily_cap, first.opted_out) == (5, True)
+    assert second.name == "p2" and second.demographics == {"race": [PREFER_NOT_TO_SAY]}
+    assert (second.daily_cap, second.opted_out) == (20, False)
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "value"),
+    [
+        ("p1,A,red_teamer,,Martian,female,,", "race", "Martian"),
+        ("p1,A,pilot,,Asian,female,,", "roles", "pilot"),
+        ("p1,A,,,Asian,female,,", "roles", ""),
+        ("p1,A,annotator,,Asian,female,0,", "daily_cap", "0"),
+        ("p1,A,annotator,,Asian,female,many,", "daily_cap", "many"),
+        ("p1,A,annotator,,Asian,female,3,maybe", "opted_out", "maybe"),
+        ("p1,A,annotator,,Asian;prefer not to say,female,,", "race", "Asian;prefer not to say"),
+        (",A,annotator,,Asian,female,,", "id", ""),
+    ],
+)
+def test_csv_errors_name_file_line_field_and_value(tmp_path: Path, spec, row: str, field: str, value) -> None:
+    path = write(tmp_path, "pool.csv", HEADER + "ok,B,annotator,,Black,male,,\n" + row + "\n")
+    with pytest.raises(UserError) as info:
+        load_pool(path, spec)
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: field '{field}'") and repr(value) in message
+    assert "\n" not in message
+
+
+def test_unknown_column_and_repeated_id(tmp_path: Path, spec) -> None:
+    path = write(tmp_path, "pool.csv", "id,roles,religion\np1,annotator,none\n")
+    with pytest.raises(UserError, match=r"pool\.csv:2: field 'religion' is not a known column"):
+        load_pool(path, spec)
+    path = write(tmp_path, "pool.csv", HEADER + "p1,A,annotator,,,,,\np1,B,annotator,,,,,\n")
+    with pytest.raises(UserError, match=r"pool\.csv:3: field 'id' repeats the id on line 2"):
+        load_pool(path, spec)
+
+
+def test_yaml_pool_and_its_error_lines(tmp_path: Path, spec) -> None:
+    good = (
+        "- id: p1\n  roles: [annotator, arbitrator]\n  race: [Asian, Black]\n  gender: male\n  daily_cap: 3\n"
+    )
+    (person,) = load_pool(write(tmp_path, "pool.yaml", good), spec)
+    assert person.roles == ["annotator", "arbitrator"] and person.demographics["race"] == ["Asian", "Black"]
+    bad = good + "- id: p2\n  roles: annotator\n  gender: robot\n"
+    with pytest.raises(UserError) as info:
+        load_pool(write(tmp_path, "pool.yaml", bad), spec)
+    assert str(info.value).startswith(f"{tmp_path / 'pool.yaml'}:8: field 'gender'") and "'robot'" in str(
+        info.value
+    )
+    with pytest.raises(UserError, match="list of mappings"):
+        load_pool(write(tmp_path, "pool.yaml", "id: p1\n"), spec)
+
+
+def test_import_upserts_by_external_id(tmp_path: Path, spec) -> None:
+    sessions = open_store(f"sqlite:///{tmp_path / 'star.db'}")
+    first = write(
+        tmp_path, "a.csv", HEADER + "p1,A,annotator,,Asian,female,,\np2,B,red_teamer,,Black,male,,\n"
+    )
+    second = write(
+        tmp_path, "b.csv", HEADER + "p1,A,annotator,medical,Asian,female,7,true\np3,C,annotator,,,,,\n"
+    )
+    with sessions.begin() as session:
+        campaign = create_campaign(session, spec)
+        summary = import_pool(session, campaign, first)
+        assert (summary.added, summary.updated) == (2, 0)
+    with sessions.begin() as session:
+        summary = import_pool(session, campaign, second)
+        assert (summary.added, summary.updated) == (1, 1)
+        again = import_pool(session, campaign, second)
+        assert (again.added, again.updated) == (0, 0)
+    with sessions() as session:
+        people = {p.external_id: p for p in session.scalars(select(StarParticipant))}
+    assert sorted(people) == ["p1", "p2", "p3"]
+    assert people["p1"].expertise == ["medical"] and people["p1"].daily_cap == 7 and people["p1"].opted_out
+
+
+@pytest.mark.parametrize(
+    ("declared", "group", "expected"),
+    [
+        ({"race": ["Asian"], "gender": ["male"]}, {"race": "Asian", "gender": "male"}, True),
+        ({"race": ["Asian", "White"]}, {"race": "White"}, True),
+        ({"race": ["Asian"], "gender": ["male"]}, {"race": "Asian", "gender": "female"}, False),
+        ({"race": ["Black"]}, {"race": "Asian", "gender": "male"}, False),  # one declared mismatch suffices
+        ({"race": ["Asian"]}, {"race": "Asian", "gender": "male"}, None),  # gender undeclared: unknown
+        ({"race": ["Asian"], "gender": [PREFER_NOT_TO_SAY]}, {"race": "Black", "gender": "male"}, None),
+        ({"race": ["Asian"], "gender": [PREFER_NOT_TO_SAY]}, {"race": "Asian"}, True),  # usable elsewhere
+        ({}, {"race": "Asian"}, None),
+        ({"race": ["Asian"]}, None, None),
+    ],
+)
+def test_membership_rules(declared, group, expected) -> None:
+    assert membership(declared, group) is expected

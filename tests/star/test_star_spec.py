@@ -1,0 +1,92 @@
+"""assay.star.spec: the example campaign, target groups, template checks and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from jinja2.exceptions import SecurityError, UndefinedError
+
+from assay.errors import UserError
+from assay.star.spec import group_label, load_spec, render
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "star-campaign.yaml"
+
+
+def test_example_spec_and_groups() -> None:
+    spec = load_spec(EXAMPLE)
+    groups = spec.demographics.groups()
+    assert len(groups) == 3 + 4 + 3 * 4  # genders, races, and every race x gender pair
+    assert {"race": "Asian", "gender": "male"} in groups
+    assert group_label({"race": "Asian", "gender": "male"}) == "gender=male & race=Asian"
+    assert [r.id for r in spec.rules if r.targets_groups] == ["hate", "stereotypes"]
+    assert spec.rule("medical").expertise == ["medical"]
+    assert spec.is_broken(0) and spec.is_broken(1) and not spec.is_broken(2)
+    with pytest.raises(UserError, match="unknown rule 'nope'"):
+        spec.rule("nope")
+
+
+def test_render_is_sandboxed_and_strict() -> None:
+    spec = load_spec(EXAMPLE)
+    context = {
+        "rule": spec.rules[0],
+        "group": {},
+        "group_text": "",
+        "use_case": "entertainment",
+        "adversariality": "low",
+    }
+    text = render(spec.templates["default"], context)
+    assert spec.rules[0].text in text and "ordinary user" in text and "  " not in text
+    with pytest.raises((SecurityError, UndefinedError)):
+        render("{{ rule.__class__.__init__.__globals__ }}", context)
+    with pytest.raises(UndefinedError):
+        render("{{ missing }}", context)
+
+
+def _write(tmp_path: Path, change) -> Path:
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    change(raw)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (lambda r: r["templates"].update(x="{{ mood }}"), "(top level)", "refers to 'mood'"),
+        (lambda r: r["templates"].update(x="{% if %}"), "(top level)", "template 'x' line 1"),
+        (lambda r: r["rules"].append(dict(r["rules"][0])), "(top level)", "rule id 'hate' is used twice"),
+        (lambda r: r.update(colour="red"), "colour", "Extra inputs"),
+        (lambda r: r.update(arbitration_gap=4), "(top level)", "wider than the scale"),
+        (lambda r: r["demographics"]["attributes"]["race"].append("Asian"), "demographics", "twice"),
+        (lambda r: r["demographics"].update(attributes={"race": ["Asian"]}), "demographics", "two-way"),
+        (lambda r: r["demographics"].update(attributes={}), "(top level)", "a rule targets groups"),
+        (lambda r: r.update(in_group_share=1.5), "in_group_share", "less than or equal to 1"),
+    ],
+)
+def test_bad_specs_are_one_line(tmp_path: Path, change, field: str, words: str) -> None:
+    path = _write(tmp_path, change)
+    with pytest.raises(UserError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}: field '{field}'") and words in message
+
+
+def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules: [\n")
+    with pytest.raises(UserError, match=r"bad\.yaml:\d+: not valid YAML"):
+        load_spec(bad)
+
+
+def test_spec_without_demographics_loads(tmp_path: Path) -> None:
+    def change(raw: dict) -> None:
+        raw.pop("demographics")
+        raw["rules"] = [r for r in raw["rules"] if not r.get("targets_groups")]
+
+    spec = load_spec(_write(tmp_path, change))
+    assert spec.demographics.groups() == [] and [r.id for r in spec.rules] == ["medical"]

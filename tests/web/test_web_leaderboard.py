@@ -1,0 +1,425 @@
+"""The leaderboard on the web: who sees what (teams, holdout, organisers), uploads (limits, unsafe archives,
+validation, the window) and the JSON API's edges, on a real app and a real SQLite file per test.
+
+The round is a small fake ``assay zoo split`` folder (4 models per split, empty model files) so these tests
+need no zoo; scores come from the real ``score_job`` on model results written straight to the store. The
+browser test (``test_web_leaderboard_browser.py``) runs a real detector through a real worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import tarfile
+import zipfile
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+from starlette.testclient import TestClient
+
+from assay.leaderboard import rounds
+from assay.leaderboard.status import queue_status
+from assay.store import Job, Submission
+from assay.store.models import utcnow
+from assay.web import accounts
+from assay.web.app import create_app
+from assay.web.routes import leaderboard as lb_routes
+from assay.web.uploads import bounded_receive
+from fake_board import ANSWERS, TRUTH, fake_splits, scored
+from web_client import PASSWORD, csrf, signed_in
+
+PROJECT = Path(__file__).resolve().parents[2]
+CONSTANT = PROJECT / "detectors" / "constant"
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> FastAPI:
+    web = create_app(f"sqlite:///{tmp_path / 'web.db'}")
+    with web.state.sessions.begin() as session:
+        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=3600)
+        rounds.set_status(session, "r1", "open")
+        alpha, beta = rounds.add_team(session, "alpha"), rounds.add_team(session, "beta")
+        accounts.create_user(session, "olga", PASSWORD, ["organiser"])
+        accounts.create_user(session, "tom", PASSWORD, ["team_member"], team=alpha)
+        accounts.create_user(session, "bea", PASSWORD, ["team_member"], team=beta)
+        accounts.create_user(session, "vic", PASSWORD, ["viewer"])
+    return web
+
+
+def pack_tar(folder: Path, dest: Path, **extra: bytes) -> Path:
+    """``folder`` as a .tar.gz with one top folder, plus ``extra`` members (name -> bytes) at the top."""
+    with tarfile.open(dest, "w:gz") as archive:
+        archive.add(folder, arcname="detector", filter=lambda m: None if "__pycache__" in m.name else m)
+        for name, data in extra.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return dest
+
+
+def upload(client: TestClient, archive: Path, split: str = "test", token: str | None = None):  # type: ignore[no-untyped-def]
+    token = token or csrf(client, "/leaderboard/rounds/r1/submit")
+    with archive.open("rb") as handle:
+        return client.post(
+            "/leaderboard/rounds/r1/submit",
+            data={"csrf_token": token, "split": split},
+            files={"archive": (archive.name, handle, "application/octet-stream")},
+            follow_redirects=False,
+        )
+
+
+def count_submissions(app: FastAPI) -> int:
+    with app.state.sessions() as session:
+        return len(session.scalars(select(Submission)).all())
+
+
+# --- access --------------------------------------------------------------------------------------------
+
+
+def test_anonymous_pages_redirect_and_api_gives_401(app: FastAPI) -> None:
+    client = TestClient(app)
+    page = client.get("/leaderboard/rounds/r1", follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"].startswith("/login?next=")
+    for path in ("/rounds", "/rounds/r1/standings", "/submissions/1", "/jobs/1", "/status"):
+        response = client.get(f"/api/v1/leaderboard{path}")
+        assert response.status_code == 401, path
+    posted = client.post("/api/v1/leaderboard/rounds/r1/submissions", files={"archive": ("a.zip", b"x")})
+    assert posted.status_code == 401 and count_submissions(app) == 0
+
+
+def test_standings_are_public_aggregates_and_submissions_stay_with_their_team(app: FastAPI) -> None:
+    alpha_test = scored(app.state.sessions, "alpha", "test", ANSWERS)
+    beta_test = scored(app.state.sessions, "beta", "test", dict.fromkeys(TRUTH, 0.5))
+    job_id = app.state.sessions().get(Submission, alpha_test).job.id
+    bea, vic, tom = signed_in(app, "bea"), signed_in(app, "vic"), signed_in(app, "tom")
+
+    standings = vic.get("/api/v1/leaderboard/rounds/r1/standings").json()
+    assert [r["team"] for r in standings["rows"]] == ["alpha", "beta"]  # alpha's answers beat 0.5
+    assert set(standings["rows"][0]) == {
+        "rank", "team", "submission_id", "technique", "submitted_at", "status", "metrics", "flagged_models"
+    }  # fmt: skip
+    page = bea.get("/leaderboard/rounds/r1").text
+    assert "alpha-technique" in page and f"/leaderboard/submissions/{alpha_test}" not in page
+    assert f"/leaderboard/submissions/{beta_test}" in page  # bea's own row links to its page
+
+    for path in (f"/submissions/{alpha_test}", f"/submissions/{alpha_test}/logs", f"/jobs/{job_id}"):
+        assert bea.get(f"/leaderboard{path}").status_code == 404, path
+        assert vic.get(f"/leaderboard{path}").status_code == 404, path
+        assert tom.get(f"/leaderboard{path}").status_code == 200, path
+    for path in (f"/submissions/{alpha_test}", f"/jobs/{job_id}"):
+        assert bea.get(f"/api/v1/leaderboard{path}").status_code == 404, path
+        assert tom.get(f"/api/v1/leaderboard{path}").status_code == 200, path
+    assert "stderr of alpha" not in bea.get(f"/leaderboard/submissions/{alpha_test}/logs").text
+    assert signed_in(app, "olga").get(f"/api/v1/leaderboard/submissions/{alpha_test}").status_code == 200
+
+
+def test_per_model_detail_follows_the_split(app: FastAPI) -> None:
+    test_id = scored(app.state.sessions, "alpha", "test", ANSWERS)
+    train_id = scored(app.state.sessions, "alpha", "train", ANSWERS)
+    tom, olga = signed_in(app, "tom"), signed_in(app, "olga")
+
+    on_test = tom.get(f"/api/v1/leaderboard/submissions/{test_id}").json()
+    assert on_test["detail"] == "errors" and on_test["groups"] == {}
+    assert on_test["metrics"]["roc_auc"] == pytest.approx(1.0) and "ce_ci_95" in on_test["metrics"]
+    assert [m["model"] for m in on_test["models"]] == sorted(TRUTH)
+    assert all(m["answer"] is None and m["truth"] is None and m["stderr"] is None for m in on_test["models"])
+    page = tom.get(f"/leaderboard/submissions/{test_id}").text
+    assert "<svg" in page and "ROC curve" in page and "0.9000" not in page
+    logs = tom.get(f"/leaderboard/submissions/{test_id}/logs").text
+    assert "isolation: bubblewrap" in logs and "stderr of" not in logs and "not shared" in logs
+
+    on_train = tom.get(f"/api/v1/leaderboard/submissions/{train_id}").json()
+    assert on_train["detail"] == "full" and set(on_train["groups"]) == {"architecture"}
+    assert {m["model"]: (m["answer"], m["truth"]) for m in on_train["models"]} == {
+        name: (ANSWERS[name], TRUTH[name]) for name in TRUTH
+    }
+    assert "stderr of alpha on id-00000001" in tom.get(f"/leaderboard/submissions/{train_id}/logs").text
+
+    as_organiser = olga.get(f"/api/v1/leaderboard/submissions/{test_id}").json()
+    assert as_organiser["detail"] == "full" and as_organiser["models"][1]["answer"] == 0.9
+
+
+def test_holdout_is_hidden_until_the_round_closes(app: FastAPI) -> None:
+    scored(app.state.sessions, "alpha", "test", ANSWERS)
+    holdout_id = scored(app.state.sessions, "alpha", "holdout", ANSWERS)
+    tom, vic, olga = signed_in(app, "tom"), signed_in(app, "vic"), signed_in(app, "olga")
+
+    hidden = vic.get("/api/v1/leaderboard/rounds/r1/standings", params={"split": "holdout"})
+    assert hidden.status_code == 404 and "when the round closes" in hidden.json()["detail"]
+    page = vic.get("/leaderboard/rounds/r1").text
+    assert 'id="holdout-hidden"' in page and 'id="holdout-best"' not in page
+    assert tom.get(f"/leaderboard/submissions/{holdout_id}").status_code == 404  # even the team's own
+    assert tom.get(f"/api/v1/leaderboard/submissions/{holdout_id}").status_code == 404
+    organiser_view = olga.get("/api/v1/leaderboard/rounds/r1/standings", params={"split": "holdout"})
+    assert organiser_view.status_code == 200
+
+    with app.state.sessions.begin() as session:
+        rounds.set_status(session, "r1", "closed")
+    shown = vic.get("/api/v1/leaderboard/rounds/r1/standings", params={"split": "holdout"}).json()
+    assert [r["team"] for r in shown["rows"]] == ["alpha"]
+    page = vic.get("/leaderboard/rounds/r1").text
+    assert 'id="holdout-best"' in page and 'id="holdout-hidden"' not in page
+    record = tom.get(f"/api/v1/leaderboard/submissions/{holdout_id}").json()
+    assert (
+        record["detail"] == "aggregate" and record["models"] == [] and record["metrics"]["cross_entropy"] > 0
+    )
+
+
+def test_draft_rounds_are_for_organisers_only(app: FastAPI, tmp_path: Path) -> None:
+    with app.state.sessions.begin() as session:
+        rounds.create_round(session, "r2", tmp_path / "splits")
+    vic, olga = signed_in(app, "vic"), signed_in(app, "olga")
+    assert [r["name"] for r in vic.get("/api/v1/leaderboard/rounds").json()] == ["r1"]
+    assert vic.get("/leaderboard/rounds/r2").status_code == 404
+    assert vic.get("/api/v1/leaderboard/rounds/r2/standings").status_code == 404
+    assert [r["name"] for r in olga.get("/api/v1/leaderboard/rounds").json()] == ["r2", "r1"]
+    assert olga.get("/leaderboard/rounds/r2").status_code == 200
+
+
+def test_status_is_for_organisers_and_flags_stale_workers(app: FastAPI) -> None:
+    sessions = app.state.sessions
+    with sessions.begin() as session:
+        round_ = rounds.get_round(session, "r1")
+        test = rounds.get_split(round_, "test")
+        alpha, beta = (rounds.get_team(session, t) for t in ("alpha", "beta"))
+        old = utcnow() - timedelta(minutes=10)
+        for team, status, beat in (
+            (alpha, "running", utcnow()),
+            (beta, "running", old),
+            (alpha, "queued", None),
+        ):
+            sub = Submission(team=team, split=test, artifact_path="x", artifact_sha256="s", status=status)
+            session.add(
+                Job(submission=sub, status=status, worker="host:1", heartbeat_at=beat, claimed_at=beat)
+            )
+    with sessions() as session:
+        state = queue_status(session)
+    assert (state.queued, state.running, state.stale) == (1, 2, 1)
+    assert [(j.team, j.stale, j.models_total) for j in state.running_jobs] == [
+        ("alpha", False, 4),
+        ("beta", True, 4),
+    ]
+    assert state.rounds[0].name == "r1" and state.rounds[0].jobs == {"running": 2, "queued": 1}
+
+    for username in ("vic", "tom"):
+        client = signed_in(app, username)
+        assert client.get("/leaderboard/status").status_code == 403
+        assert client.get("/api/v1/leaderboard/status").status_code == 403
+    olga = signed_in(app, "olga")
+    page = olga.get("/leaderboard/status")
+    assert page.status_code == 200 and '<strong id="stale-count">1</strong>' in page.text
+    assert page.text.count('<tr class="stale">') == 1
+    assert olga.get("/api/v1/leaderboard/status").json()["queued"] == 1
+
+
+# --- uploads -------------------------------------------------------------------------------------------
+
+
+def test_upload_queues_a_job_then_the_window_holds(app: FastAPI, tmp_path: Path) -> None:
+    tom = signed_in(app, "tom")
+    form = tom.get("/leaderboard/rounds/r1/submit").text
+    assert 'enctype="multipart/form-data"' in form and "can submit to the test split now" in form
+
+    response = upload(tom, pack_tar(CONSTANT, tmp_path / "constant.tar.gz"))
+    assert response.status_code == 303, response.text
+    job_url = response.headers["location"]
+    assert re.fullmatch(r"/leaderboard/jobs/\d+", job_url)
+    with app.state.sessions() as session:
+        made = session.scalars(select(Submission)).one()
+        assert (made.status, made.team.name, made.split.name, made.technique) == (
+            "queued",
+            "alpha",
+            "test",
+            "constant",
+        )
+        assert made.job is not None and made.job.status == "queued"
+        assert (Path(made.artifact_path) / "entrypoint.py").is_file()
+    job_page = tom.get(job_url).text
+    assert 'data-progress-url="/api/v1/leaderboard/jobs/' in job_page and ">Refresh</a>" in job_page
+    progress = tom.get(f"/api/v1/leaderboard{job_url.removeprefix('/leaderboard')}").json()
+    assert (progress["models_done"], progress["models_total"], progress["finished"]) == (0, 4, False)
+
+    again = upload(tom, pack_tar(CONSTANT, tmp_path / "again.tar.gz", **{"detector/NOTE.txt": b"v2"}))
+    assert again.status_code == 400 and "window for this split reopens at" in again.text
+    assert "does not use up your team" in again.text
+    for page in ("/leaderboard/rounds/r1/submit", "/leaderboard/rounds/r1"):
+        assert "submission is allowed from" in tom.get(page).text
+    smoke = upload(tom, pack_tar(CONSTANT, tmp_path / "smoke.tar.gz"), split="smoke")
+    assert smoke.status_code == 303  # smoke runs have no window
+    with app.state.sessions() as session:
+        statuses = [s.status for s in session.scalars(select(Submission).order_by(Submission.id))]
+    assert statuses == ["queued", "rejected", "queued"]
+
+
+def test_validation_errors_are_shown_on_the_form(app: FastAPI, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "entrypoint.py").write_text("print('hi')\n")
+    (broken / "metaparameters.json").write_text("{}")
+    response = upload(signed_in(app, "tom"), pack_tar(broken, tmp_path / "broken.tar.gz"))
+    assert response.status_code == 400
+    assert "metaparameters_schema.json: missing from the submission" in response.text
+    assert 'id="upload-form"' in response.text  # the form is there to try again
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("evil.tar.gz", "tar", "unsafe archive member"),
+        ("evil.zip", "zip", "would be written outside the folder"),
+        ("detector.sif", "bytes", "as a .tar.gz, .tgz, .tar or .zip archive"),
+        ("corrupt.tar.gz", "bytes", "not a folder, .tar(.gz) or .zip"),
+        ("corrupt.zip", "badzip", "cannot unpack this archive"),
+    ],
+)
+def test_unsafe_or_unreadable_archives_are_refused(
+    app: FastAPI, tmp_path: Path, assay_home: Path, name: str, content: str, message: str
+) -> None:
+    archive = tmp_path / name
+    if content == "tar":
+        pack_tar(CONSTANT, archive, **{"../../escape.py": b"print('out')"})
+    elif content == "zip":
+        with zipfile.ZipFile(archive, "w") as packed:
+            packed.writestr("../escape.py", "print('out')")
+    elif content == "badzip":  # a real zip whose member's bytes were damaged after packing
+        with zipfile.ZipFile(archive, "w") as packed:
+            packed.writestr("entrypoint.py", "print('x')" * 50)
+        data = bytearray(archive.read_bytes())
+        data[40:60] = b"\xff" * 20
+        archive.write_bytes(bytes(data))
+    else:
+        archive.write_bytes(b"\x1f\x8b not really gzip " * 20)
+    response = upload(signed_in(app, "tom"), archive)
+    assert response.status_code == 400 and message in response.text
+    assert name in response.text and str(assay_home) not in response.text  # names the upload, not our disk
+    assert not list(tmp_path.rglob("escape.py")) and not list(assay_home.rglob("escape.py"))
+    assert count_submissions(app) == 0
+
+
+def test_too_large_uploads_are_refused_with_a_clear_message(
+    app: FastAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lb_routes, "MAX_UPLOAD_BYTES", 4096)
+    monkeypatch.setattr(lb_routes, "FORM_OVERHEAD", 4096)
+    tom = signed_in(app, "tom")
+    token = csrf(tom, "/leaderboard/rounds/r1/submit")
+    slightly = tmp_path / "slightly.tar.gz"
+    slightly.write_bytes(b"x" * 6000)  # within the body allowance: caught when the file is copied
+    response = upload(tom, slightly, token=token)
+    assert response.status_code == 413 and "larger than the limit of" in response.text
+    assert 'id="upload-form"' in response.text
+    far = tmp_path / "far.tar.gz"
+    far.write_bytes(b"x" * 200_000)  # the declared length alone is over: refused before it is read
+    response = upload(tom, far, token=token)
+    assert response.status_code == 413 and "larger than the limit" in response.text
+    api = tom.post(
+        "/api/v1/leaderboard/rounds/r1/submissions",
+        files={"archive": ("far.tar.gz", b"x" * 200_000)},
+        headers={"X-CSRF-Token": token},
+    )
+    assert api.status_code == 413 and "larger than the limit" in api.json()["detail"]
+    assert count_submissions(app) == 0
+
+
+def test_a_declared_oversize_body_is_refused_before_a_byte_is_read() -> None:
+    async def receive() -> dict:
+        raise AssertionError("the body was read")
+
+    limit = lb_routes.MAX_UPLOAD_BYTES + lb_routes.FORM_OVERHEAD
+    receive_bounded = bounded_receive(receive, str(limit + 1), limit, lb_routes.UploadTooLarge)
+    with pytest.raises(lb_routes.UploadTooLarge):
+        asyncio.run(receive_bounded())
+
+
+def test_only_team_members_may_upload(app: FastAPI, tmp_path: Path) -> None:
+    archive = pack_tar(CONSTANT, tmp_path / "constant.tar.gz")
+    for username in ("vic", "olga"):  # a viewer, and an organiser who belongs to no team
+        client = signed_in(app, username)
+        assert client.get("/leaderboard/rounds/r1/submit").status_code == 403
+        assert upload(client, archive, token=csrf(client)).status_code == 403
+        api = client.post(
+            "/api/v1/leaderboard/rounds/r1/submissions",
+            files={"archive": (archive.name, archive.read_bytes())},
+            headers={"X-CSRF-Token": csrf(client)},
+        )
+        assert api.status_code == 403
+    tom = signed_in(app, "tom")
+    assert upload(tom, archive, token="forged").status_code == 403  # CSRF
+    assert count_submissions(app) == 0
+
+
+# --- the JSON API --------------------------------------------------------------------------------------
+
+
+def test_api_submit_with_a_token_and_bad_input_never_500s(app: FastAPI, tmp_path: Path) -> None:
+    with app.state.sessions.begin() as session:
+        token = accounts.create_api_token(session, accounts.get_user(session, "tom"), "ci")  # type: ignore[arg-type]
+    client = TestClient(app, headers={"Authorization": f"Bearer {token}"})
+    archive = pack_tar(CONSTANT, tmp_path / "constant.tar.gz").read_bytes()
+    made = client.post(
+        "/api/v1/leaderboard/rounds/r1/submissions",
+        data={"split": "smoke"},
+        files={"archive": ("constant.tar.gz", archive)},
+    )
+    assert made.status_code == 201 and made.json()["status"] == "queued" and made.json()["split"] == "smoke"
+    assert made.json()["job"]["models_total"] == 4  # smoke: the first 4 training models
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "README").write_text("nothing here")
+    rejected = client.post(
+        "/api/v1/leaderboard/rounds/r1/submissions",
+        files={"archive": ("empty.tar.gz", pack_tar(empty, tmp_path / "empty.tar.gz").read_bytes())},
+    )
+    assert rejected.status_code == 400 and "entrypoint.py: missing" in rejected.json()["detail"]
+    assert count_submissions(app) == 2  # the rejection is on record
+
+    for path, code in [
+        ("/submissions/0", 422),
+        ("/submissions/-3", 422),
+        ("/submissions/99999999999999999999", 422),
+        ("/submissions/abc", 422),
+        ("/submissions/424242", 404),
+        ("/jobs/2147483648", 422),
+        ("/rounds/" + "x" * 101 + "/standings", 422),
+        ("/rounds/nope/standings", 404),
+        ("/rounds/r%001/standings", 422),
+        ("/rounds/r1/standings?split=train", 422),
+        ("/rounds/r1/standings?all=maybe", 422),
+        ("/rounds/r1/standings?split=test&all=true", 200),
+    ]:
+        assert client.get(f"/api/v1/leaderboard{path}").status_code == code, path
+    bad_split = client.post(
+        "/api/v1/leaderboard/rounds/r1/submissions",
+        data={"split": "holdout"},
+        files={"archive": ("constant.tar.gz", archive)},
+    )
+    assert bad_split.status_code == 422
+    no_file = client.post("/api/v1/leaderboard/rounds/r1/submissions", data={"archive": "text"})
+    assert no_file.status_code == 422
+    assert (
+        client.post(
+            "/api/v1/leaderboard/rounds/nope/submissions", files={"archive": ("a.zip", b"")}
+        ).status_code
+        == 404
+    )
+
+    schema = client.get("/api/v1/openapi.json").json()
+    submit = schema["paths"]["/api/v1/leaderboard/rounds/{name}/submissions"]["post"]
+    assert submit["tags"] == ["leaderboard"] and "multipart/form-data" in submit["requestBody"]["content"]
+    assert {"201", "400", "403", "404", "413", "422"} <= set(submit["responses"])
+    assert not any(p.startswith("/leaderboard") for p in schema["paths"])  # pages stay out of the API doc
+
+
+def test_round_list_and_nav(app: FastAPI) -> None:
+    vic = signed_in(app, "vic")
+    rounds_page = vic.get("/leaderboard").text
+    assert 'href="/leaderboard/rounds/r1"' in rounds_page and "/leaderboard/status" not in rounds_page
+    assert 'href="/leaderboard"' in rounds_page  # the nav area is there for a viewer
+    listed = vic.get("/api/v1/leaderboard/rounds").json()
+    assert listed[0]["name"] == "r1" and listed[0]["status"] == "open"
+    assert listed[0]["splits"] == ["train", "test", "holdout", "smoke"]
+    assert "/leaderboard/status" in signed_in(app, "olga").get("/leaderboard").text

@@ -1,0 +1,90 @@
+"""The leaderboard in a real browser: a team member signs in, uploads detectors/constant as a .tar.gz for the
+``small_round`` test split, a real worker (the leaderboard's own ``work``, in a thread) runs it in the
+sandbox, the job page follows it live (leaderboard.js) to the end, and the team's row is on the standings.
+
+Screenshots: build/test-artifacts/screenshots/leaderboard-*.png.
+"""
+
+from __future__ import annotations
+
+import math
+import tarfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assay.leaderboard import rounds
+from assay.leaderboard.worker import work
+from assay.runner import LocalExecutor
+from assay.web import accounts
+from assay.web.app import create_app
+from browser import chromium_page, screenshot  # tests/ is on sys.path
+from web_client import PASSWORD
+from web_server import serve_in_thread
+
+PROJECT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # drives chromium
+
+
+def note_error(message: Any, problems: list[str]) -> None:
+    """Keep console errors (script errors, CSP violations); the browser's own favicon probe is not ours."""
+    if message.type == "error" and not message.location.get("url", "").endswith("/favicon.ico"):
+        problems.append(f"{message.text} at {message.location}")
+
+
+def test_upload_run_and_rank_in_a_browser(small_round: Path, tmp_path: Path) -> None:
+    app = create_app(f"sqlite:///{tmp_path / 'web.db'}")
+    sessions = app.state.sessions
+    with sessions.begin() as session:
+        rounds.create_round(
+            session, "r1", small_round / "splits", submission_window_s=3600, per_model_timeout_s=60
+        )
+        rounds.set_status(session, "r1", "open")
+        alpha = rounds.add_team(session, "alpha")
+        accounts.create_user(session, "tom", PASSWORD, ["team_member"], team=alpha, display_name="Tom")
+    archive = tmp_path / "constant.tar.gz"
+    with tarfile.open(archive, "w:gz") as packed:
+        packed.add(PROJECT / "detectors" / "constant", arcname="constant")
+    worker = threading.Thread(target=work, args=(sessions, LocalExecutor(1)), kwargs={"once": True})
+
+    with serve_in_thread(app) as base_url, chromium_page() as page:
+        problems: list[str] = []
+        page.on("console", lambda msg: note_error(msg, problems))
+        page.goto(f"{base_url}/login?next=/leaderboard/rounds/r1/submit")
+        page.fill("#username", "tom")
+        page.fill("#password", PASSWORD)
+        page.click("button:has-text('Sign in')")
+        page.wait_for_url("**/leaderboard/rounds/r1/submit")
+        assert "can submit to the test split now" in page.inner_text("#window")
+        page.select_option("#split", "test")
+        page.set_input_files("#archive", str(archive))
+        screenshot(page, "leaderboard-upload")
+        page.click("button:has-text('Upload and queue')")
+        page.wait_for_url("**/leaderboard/jobs/*")
+        assert page.inner_text("#job-status") == "queued" and page.inner_text("#job-total") == "5"
+        assert page.is_visible("#job-live")  # leaderboard.js took over the refreshing
+        screenshot(page, "leaderboard-job-queued")
+
+        worker.start()
+        page.wait_for_selector("#job-finished", timeout=180_000)  # the script reloads when it ends
+        worker.join(60)
+        assert page.inner_text("#job-status") == "done" and page.inner_text("#job-done") == "5"
+        screenshot(page, "leaderboard-job")
+
+        page.click("#job-finished a:has-text('the standings')")
+        page.wait_for_url("**/leaderboard/rounds/r1")
+        row = page.locator("#test-best tbody tr").first
+        cells = row.locator("td").all_inner_texts()
+        assert cells[:3] == ["1", "alpha", "constant #1"]
+        assert float(cells[3]) == pytest.approx(math.log(2), abs=1e-4)  # 0.5 for every model
+        assert "next test submission is allowed from" in page.inner_text("#window")
+        assert page.is_visible("#holdout-hidden")
+        screenshot(page, "leaderboard-round")
+
+        row.locator("a").click()
+        page.wait_for_url("**/leaderboard/submissions/1")
+        assert page.locator("figure.roc svg").count() == 1
+        screenshot(page, "leaderboard-submission")
+        assert problems == []  # no script errors, no content-security-policy violations
