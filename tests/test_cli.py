@@ -164,3 +164,10 @@ def test_a_corrupt_key_and_a_forged_commitment(tmp_path, mmlu_sample):
         out["commitment"],
     )
     assert result.returncode == 1 and "MISMATCH" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["dyepack", "fpr", "--bogus"], ["nosuch"], []])
+def test_usage_errors_exit_2_with_a_message_not_a_traceback(args):
+    result = assay(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "Usage:" in result.stdout + result.stderr

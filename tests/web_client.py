@@ -1,7 +1,8 @@
 """Signing in to a real app from a test: the one shared password, a signed-in client, a page's CSRF token.
 
-Every web test module (and the leaderboard's visibility tests, which ask the API) signs in the same way, so a
-change to the sign-in form breaks here once, not in each copy.
+Every web test module (and the leaderboard's visibility tests, which ask the API) signs in the same way a
+browser does: open ``/login`` (its pre-session token lands in a cookie and in the form), then post the form.
+A change to the sign-in form breaks here once, not in each copy.
 """
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ from starlette.testclient import TestClient
 
 PASSWORD = "correct horse battery"
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+LOGIN_TOKEN = re.compile(r'name="login_token" value="([^"]+)"')
 
 
-def sign_in(client: TestClient, username: str, password: str = PASSWORD, **form: str) -> httpx.Response:
-    """The sign-in form posted as a browser would (redirects not followed, so the 303 is visible)."""
-    return client.post(
-        "/login", data={"username": username, "password": password, **form}, follow_redirects=False
-    )
+def login_token(client: httpx.Client) -> str:
+    """Open the sign-in page as a browser would: its pre-session token (the cookie lands in the client)."""
+    found = LOGIN_TOKEN.search(client.get("/login").text)
+    assert found is not None, "no login_token on /login"
+    return found.group(1)
+
+
+def sign_in(client: httpx.Client, username: str, password: str = PASSWORD, **form: str) -> httpx.Response:
+    """Open the sign-in page and post its form as a browser would (redirects not followed: the 303 shows)."""
+    data = {"username": username, "password": password, "login_token": login_token(client), **form}
+    return client.post("/login", data=data, follow_redirects=False)
 
 
 def signed_in(app: FastAPI, username: str, password: str = PASSWORD) -> TestClient:

@@ -12,32 +12,81 @@ import sys
 # other process slows generation about 6x (docs/benchmarks.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import importlib
+
 import typer
+import typer._click as click  # typer 0.29 vendors click; its exceptions and classes live here
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
 from assay import __version__
-from assay.dyepack.cli import app as dyepack_app
 from assay.errors import UserError
-from assay.leaderboard.cli import app as leaderboard_app
-from assay.star.cli import app as star_app
-from assay.web.cli import app as user_app
-from assay.web.cli import serve
-from assay.zoo.cli import app as zoo_app
+
+# Each pillar's sub-app and the line `assay --help` shows for it. The sub-app is imported only when its
+# command runs (or its own help is asked for), so `assay --help`, `assay user ...` or `assay dyepack fpr`
+# never pay for torch, transformers or statsmodels. A test checks each line against the sub-app's own help.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("assay.web.cli:serve_app", "Run the web application (pages and the JSON API under /api/v1)."),
+    "dyepack": (
+        "assay.dyepack.cli:app",
+        "DyePack: flag test-set contamination with backdoors and an exact false-positive rate.",
+    ),
+    "zoo": ("assay.zoo.cli:app", "Model zoo: generate rounds of clean and trojaned models (TrojAI layout)."),
+    "leaderboard": (
+        "assay.leaderboard.cli:app",
+        "Leaderboard: rounds of trojan detection, sandboxed detector runs, NIST-exact scores.",
+    ),
+    "star": (
+        "assay.star.cli:app",
+        "STAR red teaming: parametric instructions that cover a risk surface evenly.",
+    ),
+    "user": (
+        "assay.web.cli:app",
+        "Web accounts: add, list, disable or enable users, set passwords, issue API tokens.",
+    ),
+}
+
+
+def load_subcommand(name: str) -> click.Command:
+    """Import the sub-app behind ``name`` and build its click command."""
+    module, attribute = SUBCOMMANDS[name][0].split(":")
+    command = typer.main.get_command(getattr(importlib.import_module(module), attribute))
+    command.name = name
+    return command
+
+
+class LazyGroup(TyperGroup):
+    """The root group: sub-apps are listed from ``SUBCOMMANDS`` and imported on first use."""
+
+    _listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *SUBCOMMANDS]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return super().get_command(ctx, cmd_name)
+        if self._listing:  # the root's help needs a name and a line, not the module
+            return TyperCommand(cmd_name, help=SUBCOMMANDS[cmd_name][1])
+        return load_subcommand(cmd_name)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="assay",
+    cls=LazyGroup,
     help="Rigorous adversarial evaluation of AI models.\n\n"
     "Example: assay dyepack fpr --backdoors 6 --activated 5 --k 4",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(dyepack_app, name="dyepack")
-app.add_typer(zoo_app, name="zoo")
-app.add_typer(leaderboard_app, name="leaderboard")
-app.add_typer(star_app, name="star")
-app.add_typer(user_app, name="user")
-app.command("serve")(serve)
 
 
 def _version(value: bool) -> None:
@@ -67,11 +116,7 @@ def main() -> None:
         sys.exit(exit_.exit_code)
     except typer.Abort:
         sys.exit(130)
-    except Exception as err:  # click usage errors
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(2)
-        raise
+    except click.ClickException as err:  # usage errors: an unknown option, a missing argument, no arguments
+        err.show()
+        sys.exit(err.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

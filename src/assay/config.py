@@ -14,6 +14,7 @@ class Settings(BaseSettings):
 
     home: Path = Path.home() / ".assay"
     db_url: str | None = None
+    public_url: str | None = None  # the address users reach the web app at; links are built from it
 
     @property
     def database_url(self) -> str:

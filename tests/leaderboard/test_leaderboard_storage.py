@@ -145,6 +145,23 @@ def test_a_zip_bomb_over_the_quota_leaves_no_bytes(lab, tmp_path: Path) -> None:
         assert session.scalars(select(Job)).all() == []
 
 
+def test_a_small_tar_gz_declaring_a_huge_member_is_refused_from_its_header(tmp_path: Path) -> None:
+    """A .tar.gz whose first header declares a 3 GiB member, followed by only 1 MiB of its data: a check
+    that reads from the headers refuses it with the limit; one that inflated members to find the next
+    header (``getmembers``) would run off the end of the stream instead."""
+    import gzip
+
+    info = tarfile.TarInfo("det/zeros.bin")
+    info.size = 3 * 2**30
+    bomb = tmp_path / "bomb.tar.gz"
+    bomb.write_bytes(gzip.compress(info.tobuf(format=tarfile.PAX_FORMAT) + bytes(MiB)))
+    with pytest.raises(UserError, match="unpacks to at least 3221225472 bytes; the limit is"):
+        submissions.unpack(bomb, tmp_path / "out")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").rglob("*")) == []
+    with tarfile.open(bomb) as archive, pytest.raises((tarfile.ReadError, EOFError)):
+        archive.getmembers()  # the old way: it must inflate the whole member to look past it
+
+
 def test_the_exact_quota_check_after_unpacking_keeps_nothing(lab, tmp_path: Path) -> None:
     """B declares the very size of A, which alpha holds (it might be A again), so only the check after
     unpacking can refuse it."""

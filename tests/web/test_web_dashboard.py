@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 
 from assay.web.app import create_app
 from assay.web.demo import PEOPLE, seed_demo
+from web_client import sign_in
 from web_server import free_port
 
 ADMIN_PAGES = ["/dashboard", "/admin/users", "/leaderboard/status", "/star/campaigns"]
@@ -37,8 +38,8 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
 
 def signed_in(app, seeded, username: str) -> TestClient:  # type: ignore[no-untyped-def]
     client = TestClient(app)
-    response = client.post("/login", data={"username": username, "password": seeded.passwords[username]})
-    assert response.status_code == 200, response.text
+    response = sign_in(client, username, seeded.passwords[username])
+    assert response.status_code == 303, response.text
     return client
 
 
@@ -104,8 +105,8 @@ def test_assay_serve_demo_end_to_end(tmp_path: Path) -> None:
         assert "Uvicorn running" in output, output
         password = re.search(r"olga\s*│\s*organiser\s*│\s*(\S+)", output).group(1)  # type: ignore[union-attr]
         with httpx.Client(base_url=base) as client:
-            assert client.post("/login", data={"username": "olga", "password": password}).status_code == 303
-            rounds = client.get("/api/v1/leaderboard/rounds").json()
+            assert sign_in(client, "olga", password).status_code == 303
+            rounds = client.get("/api/v1/leaderboard/rounds").json()["items"]
             assert [r["name"] for r in rounds] == ["demo-round"]
             assert "demo-campaign" in client.get("/dashboard").text
     finally:

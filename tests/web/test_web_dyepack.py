@@ -161,7 +161,7 @@ def test_register_by_uploaded_or_pasted_commitment_and_everyone_with_a_role_sees
         client, csrf, "pasted copy", text, description="Same release.", url="https://example.org/r"
     )
     assert pasted.status_code == 303
-    listed = client.get("/api/v1/dyepack/benchmarks").json()
+    listed = client.get("/api/v1/dyepack/benchmarks").json()["items"]
     assert [b["name"] for b in listed] == ["pasted copy", "mmlu-2026"]
     assert {b["commitment"] for b in listed} == {release.key.commitment()}
     assert listed[1]["release_fingerprint"] == release.key.release_fingerprint and listed[1]["runs"] == 0
@@ -209,7 +209,7 @@ def test_malformed_registrations_are_refused_in_one_line(
         assert api.json()["detail"].startswith(message)
     else:
         assert api.status_code == 422  # an empty field, refused by the request model
-    assert len(client.get("/api/v1/dyepack/benchmarks").json()) == 1
+    assert len(client.get("/api/v1/dyepack/benchmarks").json()["items"]) == 1
 
 
 def test_both_a_file_and_pasted_text_is_ambiguous(client: TestClient, release: PrepareResult) -> None:
@@ -257,7 +257,7 @@ def test_a_contaminated_model_is_flagged_and_a_constant_one_is_not(
     assert clean["status"] == "done" and clean["activated"] == expected and clean["flagged"] is False
     assert clean["fpr"] == pytest.approx(scipy_stats.binom.sf(expected - 1, 6, 0.25), rel=1e-12)
     assert "Not flagged" in client.get(f"/dyepack/runs/{clean['id']}").text
-    runs = client.get("/api/v1/dyepack/runs", params={"benchmark_id": bench}).json()
+    runs = client.get("/api/v1/dyepack/runs", params={"benchmark_id": bench}).json()["items"]
     assert [r["id"] for r in runs] == [clean["id"], flagged["id"]]
 
 
@@ -325,7 +325,7 @@ def test_a_key_that_does_not_match_the_commitment_or_release_is_refused(
         client, csrf, bench, release.release_path, release.key_path.read_bytes(), model, alpha="2"
     )
     assert bad_alpha.status_code == 400 and "alpha: must be a number in (0, 1)" in bad_alpha.text
-    assert client.get("/api/v1/dyepack/runs").json() == []
+    assert client.get("/api/v1/dyepack/runs").json()["items"] == []
 
 
 PAGES = ("/dyepack", "/dyepack/benchmarks/{bench}", "/dyepack/runs/{done}", "/dyepack/runs/{failed}")
@@ -507,9 +507,11 @@ def test_a_run_whose_key_holder_stopped_is_marked_failed(
                     worker=worker,
                 )
             )
-    assert [r["status"] for r in client.get("/api/v1/dyepack/runs").json()] == ["running"] * 3  # reads only
+    assert [r["status"] for r in client.get("/api/v1/dyepack/runs").json()["items"]] == [
+        "running"
+    ] * 3  # reads only
     assert sweep(app) == 2
-    runs = {r["id"]: r for r in client.get("/api/v1/dyepack/runs").json()}
+    runs = {r["id"]: r for r in client.get("/api/v1/dyepack/runs").json()["items"]}
     assert [runs[i]["status"] for i in (1, 2, 3)] == ["failed", "failed", "running"]
     assert runs[1]["error"] == registry.INTERRUPTED
 
@@ -557,7 +559,7 @@ def test_a_run_held_on_another_host_fails_once_its_heartbeat_is_stale(
     assert sweep(app, now) == 2
     page = client.get(f"/dyepack/runs/{stale}")
     assert page.status_code == 200 and "no heartbeat for 10 minutes" in page.text
-    runs = {r["id"]: r for r in client.get("/api/v1/dyepack/runs").json()}
+    runs = {r["id"]: r for r in client.get("/api/v1/dyepack/runs").json()["items"]}
     assert runs[stale]["status"] == runs[queued_long_ago]["status"] == "failed"
     assert runs[stale]["error"] == registry.stale_message() and runs[stale]["error"].startswith(
         "interrupted:"
@@ -604,7 +606,7 @@ def test_queued_and_running_runs_beat_until_they_end(
     ):
         time.sleep(0.05)
     assert all(beat is not None for beat in heartbeats(app, *ids))
-    statuses = [r["status"] for r in client.get("/api/v1/dyepack/runs").json()]
+    statuses = [r["status"] for r in client.get("/api/v1/dyepack/runs").json()["items"]]
     assert "queued" in statuses and "failed" not in statuses
     gate.touch()
     assert [wait_for(client, run_id)["status"] for run_id in ids] == ["done"] * 3
@@ -677,7 +679,7 @@ def test_oversize_run_uploads_are_refused_with_413_and_start_nothing(
     for response in (declared, lying, chunked):
         assert response.status_code == 413 and "the upload is larger than the limit of" in response.text
         assert "the release file at most 5 kB" in response.text
-    assert client.get("/api/v1/dyepack/runs").json() == []
+    assert client.get("/api/v1/dyepack/runs").json()["items"] == []
 
 
 def asgi_post(app: FastAPI, path: str, chunks: list[bytes], headers: dict[str, str]) -> tuple[int, int]:
@@ -745,7 +747,7 @@ def test_oversize_registrations_are_refused_with_413(client: TestClient, release
         long_file.status_code == 413 and "commitment file: larger than the limit of 10 kB" in long_file.text
     )
     assert 'id="bench-name"' in long_file.text  # the form again
-    assert client.get("/api/v1/dyepack/benchmarks").json() == []
+    assert client.get("/api/v1/dyepack/benchmarks").json()["items"] == []
 
 
 @pytest.mark.slow  # chromium, 6 s

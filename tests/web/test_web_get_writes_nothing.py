@@ -35,7 +35,7 @@ from assay.web.app import create_app
 from assay.web.demo import PEOPLE, DemoSeed, seed_demo
 from assay.web.security import DbSession
 from assay.web.sweeper import sweep_all
-from web_client import csrf
+from web_client import csrf, sign_in
 
 GET_REQUEST: ContextVar[str | None] = ContextVar("GET_REQUEST", default=None)
 WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b(?:\s+(?:INTO|FROM))?\s+\"?(\w+)", re.IGNORECASE)
@@ -95,10 +95,10 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FastAPI, Demo
     return app, seeded
 
 
-def sign_in(app: FastAPI, seeded: DemoSeed, username: str | None) -> TestClient:
+def client_as(app: FastAPI, seeded: DemoSeed, username: str | None) -> TestClient:
     client = TestClient(MarkGets(app), raise_server_exceptions=False, follow_redirects=False)
     if username is not None:
-        response = client.post("/login", data={"username": username, "password": seeded.passwords[username]})
+        response = sign_in(client, username, seeded.passwords[username])
         assert response.status_code == 303, response.text
     return client
 
@@ -139,7 +139,7 @@ def urls(app: FastAPI, seeded: DemoSeed) -> list[str]:
 def working_state(app: FastAPI, seeded: DemoSeed, tmp_path: Path) -> dict[str, int]:
     """Something for every page to show: a red-team chat under way, an annotation claim past its time, a
     DyePack run whose holder died and one silent on another host."""
-    rita, anna = sign_in(app, seeded, "rita"), sign_in(app, seeded, "anna")
+    rita, anna = client_as(app, seeded, "rita"), client_as(app, seeded, "anna")
     token = csrf(rita)
     claimed = rita.post(
         "/star/queue/claim", data={"csrf_token": token, "participant_id": 1, "kind": "red_team"}
@@ -176,7 +176,7 @@ def test_no_get_route_writes_for_any_role(site: tuple[FastAPI, DemoSeed], tmp_pa
     assert any("/star/tasks/" in url for url in pages) and any("/dyepack/runs/" in url for url in pages)
     statuses: dict[int, int] = {}
     for username in [*PEOPLE, None]:
-        client = sign_in(app, seeded, username)
+        client = client_as(app, seeded, username)
         for url in pages:
             status = client.get(url, follow_redirects=False).status_code
             assert status < 500, (username, url, status)
@@ -184,7 +184,7 @@ def test_no_get_route_writes_for_any_role(site: tuple[FastAPI, DemoSeed], tmp_pa
     assert caught == []
     assert statuses.get(200, 0) > 100 and statuses.get(404, 0) > 0  # real pages, and refusals, were read
 
-    anna = sign_in(app, seeded, "anna")
+    anna = client_as(app, seeded, "anna")
     assert anna.get(f"/star/tasks/{state['expired']}").status_code == 404  # past its time: hidden, ...
     assert anna.get(f"/api/v1/star/tasks/{state['expired']}").status_code == 404
     assert state["expired"] not in [t["id"] for t in anna.get("/api/v1/star/tasks").json()["tasks"]]
@@ -192,7 +192,7 @@ def test_no_get_route_writes_for_any_role(site: tuple[FastAPI, DemoSeed], tmp_pa
     with app.state.sessions() as session:  # ... yet nothing was released by a read
         assert session.get_one(StarTask, state["expired"]).status == "claimed"
         assert [r.status for r in session.scalars(select(DyePackRun))] == ["running", "running"]
-    assert sign_in(app, seeded, "rita").get(f"/star/tasks/{state['red_team']}").status_code == 200
+    assert client_as(app, seeded, "rita").get(f"/star/tasks/{state['red_team']}").status_code == 200
 
 
 def test_the_sweeper_does_what_reads_no_longer_do(site: tuple[FastAPI, DemoSeed], tmp_path: Path) -> None:
@@ -221,7 +221,7 @@ def test_the_app_sweeps_at_start_up_and_shows_it_on_the_dashboard(
     app, seeded = site
     working_state(app, seeded, tmp_path)
     with TestClient(app) as client:  # the lifespan starts the sweeper, which sweeps at once
-        client.post("/login", data={"username": "olga", "password": seeded.passwords["olga"]})
+        sign_in(client, "olga", seeded.passwords["olga"])
         overview = client.get("/api/v1/dashboard").json()
         assert overview["sweeper"]["last"]["released_claims"] == 1
         assert overview["sweeper"]["last"]["failed_runs"] == 2
@@ -248,7 +248,7 @@ def test_the_guard_catches_a_get_that_writes(site: tuple[FastAPI, DemoSeed]) -> 
     app.add_api_route("/test/sql", by_sql, methods=["GET"])
     app.add_api_route("/test/flush", by_flush, methods=["GET"])
     caught = guard_writes(app)
-    client = sign_in(app, seeded, None)
+    client = client_as(app, seeded, None)
     assert client.get("/test/sql").status_code == client.get("/test/flush").status_code == 500
     assert caught == ["GET /test/sql: UPDATE star_tasks", "GET /test/flush: flush of StarTask"]
     with app.state.sessions() as session:

@@ -173,10 +173,10 @@ def test_draft_rounds_are_for_organisers_only(app: FastAPI, tmp_path: Path) -> N
     with app.state.sessions.begin() as session:
         rounds.create_round(session, "r2", tmp_path / "splits")
     vic, olga = signed_in(app, "vic"), signed_in(app, "olga")
-    assert [r["name"] for r in vic.get("/api/v1/leaderboard/rounds").json()] == ["r1"]
+    assert [r["name"] for r in vic.get("/api/v1/leaderboard/rounds").json()["items"]] == ["r1"]
     assert vic.get("/leaderboard/rounds/r2").status_code == 404
     assert vic.get("/api/v1/leaderboard/rounds/r2/standings").status_code == 404
-    assert [r["name"] for r in olga.get("/api/v1/leaderboard/rounds").json()] == ["r2", "r1"]
+    assert [r["name"] for r in olga.get("/api/v1/leaderboard/rounds").json()["items"]] == ["r2", "r1"]
     assert olga.get("/leaderboard/rounds/r2").status_code == 200
 
 
@@ -419,7 +419,7 @@ def test_round_list_and_nav(app: FastAPI) -> None:
     rounds_page = vic.get("/leaderboard").text
     assert 'href="/leaderboard/rounds/r1"' in rounds_page and "/leaderboard/status" not in rounds_page
     assert 'href="/leaderboard"' in rounds_page  # the nav area is there for a viewer
-    listed = vic.get("/api/v1/leaderboard/rounds").json()
+    listed = vic.get("/api/v1/leaderboard/rounds").json()["items"]
     assert listed[0]["name"] == "r1" and listed[0]["status"] == "open"
     assert listed[0]["splits"] == ["train", "test", "holdout", "smoke"]
     assert "/leaderboard/status" in signed_in(app, "olga").get("/leaderboard").text

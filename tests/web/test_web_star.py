@@ -30,7 +30,7 @@ from assay.store.models import utcnow
 from assay.store.star_web_models import StarDraft, StarDraftTurn
 from assay.web import accounts
 from assay.web.app import create_app
-from web_client import PASSWORD
+from web_client import PASSWORD, sign_in
 
 SPEC = {
     "name": "demo",
@@ -99,8 +99,8 @@ class Person:
 
     def __init__(self, app: FastAPI, username: str) -> None:
         self.client = TestClient(app)
-        response = self.client.post("/login", data={"username": username, "password": PASSWORD})
-        assert response.status_code == 200, response.text
+        response = sign_in(self.client, username)
+        assert response.status_code == 303, response.text
         page = self.client.get("/account").text
         self.csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
 

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from assay.store import open_store
 from assay.store.web_models import WebSession
-from web_client import PASSWORD
+from web_client import PASSWORD, sign_in
 from web_server import free_port  # tests/ is on sys.path (rootdir conftest)
 
 pytestmark = pytest.mark.slow  # three uvicorn worker processes on PostgreSQL
@@ -47,7 +47,7 @@ def _sign_in_and_call(base: str, n: int) -> list[int]:
     """A fresh client (own connections): sign in, then read /api/v1/me five times on new connections."""
     codes = []
     with httpx.Client(base_url=base, headers={"connection": "close"}) as http:
-        codes.append(http.post("/login", data={"username": "olga", "password": PASSWORD}).status_code)
+        codes.append(sign_in(http, "olga").status_code)
         for _ in range(5):
             me = http.get("/api/v1/me")
             codes.append(me.status_code if me.json().get("username") == "olga" else -n)

@@ -50,6 +50,7 @@ from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
 from assay.store.enums import ACTIVE_JOBS, JobStatus
 from assay.store.heartbeat import Heartbeat
 from assay.store.models import as_utc, utcnow
+from assay.store.paging import Window, page_of
 
 logger = logging.getLogger(__name__)
 
@@ -139,17 +140,20 @@ def register_benchmark(
     return benchmark
 
 
-def list_benchmarks(session: Session) -> list[tuple[DyePackBenchmark, int]]:
-    """Every registered benchmark, newest first, with its number of runs."""
+def list_benchmarks(
+    session: Session, window: Window | None = None
+) -> tuple[list[tuple[DyePackBenchmark, int]], int]:
+    """A window of the registered benchmarks, newest first, each with its number of runs; and the total."""
     counts = (
         select(DyePackRun.benchmark_id, func.count().label("n")).group_by(DyePackRun.benchmark_id).subquery()
     )
-    rows = session.execute(
+    query = (
         select(DyePackBenchmark, func.coalesce(counts.c.n, 0))
         .outerjoin(counts, counts.c.benchmark_id == DyePackBenchmark.id)
         .order_by(DyePackBenchmark.id.desc())
     )
-    return [(benchmark, int(n)) for benchmark, n in rows]
+    rows, total = page_of(session, query, window or Window())
+    return [(benchmark, int(n)) for benchmark, n in rows], total
 
 
 def get_benchmark(session: Session, benchmark_id: int) -> DyePackBenchmark | None:
@@ -413,12 +417,14 @@ def run_seconds(run: DyePackRun) -> float | None:
     return (as_utc(run.finished_at) - as_utc(run.started_at)).total_seconds()
 
 
-def list_runs(session: Session, benchmark_id: int | None = None, limit: int = 100) -> list[DyePackRun]:
-    """Runs, newest first, optionally of one benchmark."""
-    query = select(DyePackRun).order_by(DyePackRun.id.desc()).limit(limit)
+def list_runs(
+    session: Session, benchmark_id: int | None = None, window: Window | None = None
+) -> tuple[list[DyePackRun], int]:
+    """A window of the runs, newest first, optionally of one benchmark; and how many there are in all."""
+    query = select(DyePackRun).order_by(DyePackRun.id.desc())
     if benchmark_id is not None:
         query = query.where(DyePackRun.benchmark_id == benchmark_id)
-    return list(session.scalars(query))
+    return page_of(session, query, window or Window())
 
 
 def last_sign_of_life(run: DyePackRun) -> datetime:

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
+from assay.names import check_name
 from assay.store.enums import RoundStatus
 from assay.store.models import Round, Split, Team, utcnow
 
@@ -129,8 +130,7 @@ def split_models(split: Split) -> list[str]:
 
 def add_team(session: Session, name: str, contact: str = "", kind: str = "performer") -> Team:
     """Register a team; names are unique."""
-    if not name.strip() or len(name) > 100:
-        raise UserError(f"a team name must be 1-100 characters, got {name!r}")
+    name = check_name("team name", name)
     if session.scalar(select(Team.id).where(Team.name == name)) is not None:
         raise UserError(f"a team named {name!r} already exists")
     team = Team(name=name, contact=contact, kind=kind)

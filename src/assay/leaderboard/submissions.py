@@ -58,9 +58,10 @@ def _no_check(size: int) -> None:
 
 def _check_sizes(sizes: list[int], source: Path) -> None:
     if len(sizes) > MAX_ARTIFACT_FILES:
-        raise UserError(f"{source}: holds {len(sizes)} files; the limit is {MAX_ARTIFACT_FILES}")
+        raise UserError(f"{source}: holds at least {len(sizes)} files; the limit is {MAX_ARTIFACT_FILES}")
     if sum(sizes) > MAX_ARTIFACT_BYTES:
-        raise UserError(f"{source}: unpacks to {sum(sizes)} bytes; the limit is {MAX_ARTIFACT_BYTES}")
+        total = sum(sizes)
+        raise UserError(f"{source}: unpacks to at least {total} bytes; the limit is {MAX_ARTIFACT_BYTES}")
 
 
 def _kept_bytes(files: list[tuple[str, int]]) -> int:
@@ -126,13 +127,25 @@ def _extract_zip(artifact: Path, dest: Path, check: Callable[[int], None]) -> No
         archive.extractall(dest)
 
 
+def _tar_members(archive: tarfile.TarFile, artifact: Path) -> list[tarfile.TarInfo]:
+    """The archive's members, header by header, refused at the first header that takes the count or the
+    declared total past a limit: a small .tar.gz declaring a 3 GiB member is refused before any of that
+    member is decompressed (``getmembers`` would inflate every member to find the next header)."""
+    members, total = [], 0
+    for member in archive:
+        members.append(member)
+        total += member.size
+        if len(members) > MAX_ARTIFACT_FILES or total > MAX_ARTIFACT_BYTES:
+            _check_sizes([m.size for m in members], artifact)
+    return members
+
+
 def _extract_tar(artifact: Path, dest: Path, check: Callable[[int], None]) -> None:
     with tarfile.open(artifact) as archive:
-        members = archive.getmembers()
-        _check_sizes([m.size for m in members], artifact)
+        members = _tar_members(archive, artifact)
         check(_kept_bytes([(m.name, m.size) for m in members if m.isfile()]))
         try:
-            archive.extractall(dest, filter="data")
+            archive.extractall(dest, members=members, filter="data")
         except tarfile.FilterError as exc:
             raise UserError(f"{artifact}: unsafe archive member ({exc})") from None
 

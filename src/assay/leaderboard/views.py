@@ -38,6 +38,7 @@ from assay.leaderboard.scoring import read_truth
 from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status
 from assay.store.enums import Role, RoundStatus
 from assay.store.models import SPLIT_NAMES, Job, MetricResult, Round, Submission, Team, as_utc, utcnow
+from assay.store.paging import Window, page_of
 
 PUBLIC_STANDINGS = ("test", "holdout")  # splits whose standings are not the organisers' alone
 Detail = Literal["full", "errors", "aggregate"]
@@ -303,10 +304,15 @@ def round_out(round_: Round) -> RoundOut:
     )
 
 
-def visible_rounds(session: Session, viewer: Viewer) -> list[RoundOut]:
-    """The rounds the viewer may see, newest first."""
-    found = session.scalars(select(Round).order_by(Round.id.desc())).all()
-    return [round_out(r) for r in found if may_see_round(viewer, r)]
+def visible_rounds(
+    session: Session, viewer: Viewer, window: Window | None = None
+) -> tuple[list[RoundOut], int]:
+    """A window of the rounds the viewer may see (``may_see_round`` as a query), newest first; the total."""
+    query = select(Round).order_by(Round.id.desc())
+    if not is_organiser(viewer):
+        query = query.where(Round.status != RoundStatus.DRAFT)
+    found, total = page_of(session, query, window or Window())
+    return [round_out(r) for r in found], total
 
 
 def standings_view(

@@ -20,10 +20,15 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from assay.errors import UserError
+from assay.names import PATTERN as NAME_PATTERN
+from assay.names import RULE as NAME_RULE
 from assay.yamlfile import load_yaml_model
 
 Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_. -]*$")]
 Value = Annotated[str, Field(min_length=1, max_length=200)]
+CampaignName = Annotated[
+    str, Field(pattern=f"^{NAME_PATTERN}$", description=f"The campaign's name: {NAME_RULE}.")
+]
 DEFAULT_LIKERT = ("definitely broken", "probably broken", "probably not broken", "definitely not broken")
 PREFER_NOT_TO_SAY = "prefer not to say"
 # Names a template may use besides the parameters: the rule, the target group, and the collection settings.
@@ -83,7 +88,7 @@ class CampaignSpec(BaseModel):
     """Everything that defines a campaign's design and collection rules."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    name: Name
+    name: CampaignName
     rules: list[PolicyRule] = Field(min_length=1)
     parameters: dict[Name, list[Value]] = Field(
         default_factory=lambda: {

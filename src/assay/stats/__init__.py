@@ -7,68 +7,54 @@ table, TPR at a fixed FPR, expected calibration error, and all scalars at once, 
 ``agreement``: Krippendorff's alpha (via the ``krippendorff`` package), its unit bootstrap interval, and
 percent agreement. ``proportions``: two-proportion z-test, Wilson/normal intervals, odds ratio with Woolf
 interval. ``lrtest``: likelihood-ratio tests, including nested logistic fits with statsmodels.
+
+Names are loaded on first use (PEP 562), so a caller that needs only the tails (``assay dyepack fpr``) does
+not import scipy.stats, krippendorff or statsmodels.
 """
 
-from assay.stats.agreement import AlphaInterval, bootstrap_alpha_ci, krippendorff_alpha, percent_agreement
-from assay.stats.detection import (
-    ConfusionTable,
-    brier_score,
-    confusion_table,
-    cross_entropy,
-    cross_entropy_ci,
-    cross_entropy_terms,
-    detection_metrics,
-    expected_calibration_error,
-    grouped_metrics,
-    roc_auc,
-    roc_curve,
-    tpr_at_fpr,
-)
-from assay.stats.lrtest import LRTestResult, likelihood_ratio_test, nested_logit_lrtest
-from assay.stats.proportions import OddsRatio, odds_ratio_ci, proportion_ci, two_proportion_ztest
-from assay.stats.tails import (
-    binomial_sf,
-    chernoff_bound,
-    kl_bernoulli,
-    log_binomial_sf,
-    log_chernoff_bound,
-    log_poisson_binomial_chernoff_bound,
-    log_poisson_binomial_sf,
-    poisson_binomial_chernoff_bound,
-    poisson_binomial_sf,
-)
+from __future__ import annotations
 
-__all__ = [
-    "AlphaInterval",
-    "ConfusionTable",
-    "LRTestResult",
-    "OddsRatio",
-    "binomial_sf",
-    "bootstrap_alpha_ci",
-    "brier_score",
-    "chernoff_bound",
-    "confusion_table",
-    "cross_entropy",
-    "cross_entropy_ci",
-    "cross_entropy_terms",
-    "detection_metrics",
-    "expected_calibration_error",
-    "grouped_metrics",
-    "kl_bernoulli",
-    "krippendorff_alpha",
-    "likelihood_ratio_test",
-    "log_binomial_sf",
-    "log_chernoff_bound",
-    "log_poisson_binomial_chernoff_bound",
-    "log_poisson_binomial_sf",
-    "nested_logit_lrtest",
-    "odds_ratio_ci",
-    "percent_agreement",
-    "poisson_binomial_chernoff_bound",
-    "poisson_binomial_sf",
-    "proportion_ci",
-    "roc_auc",
-    "roc_curve",
-    "tpr_at_fpr",
-    "two_proportion_ztest",
-]
+import importlib
+from typing import Any
+
+_HOME = {
+    "AlphaInterval": "agreement",
+    "bootstrap_alpha_ci": "agreement",
+    "krippendorff_alpha": "agreement",
+    "percent_agreement": "agreement",
+    "ConfusionTable": "detection",
+    "brier_score": "detection",
+    "confusion_table": "detection",
+    "cross_entropy": "detection",
+    "cross_entropy_ci": "detection",
+    "cross_entropy_terms": "detection",
+    "detection_metrics": "detection",
+    "expected_calibration_error": "detection",
+    "grouped_metrics": "detection",
+    "roc_auc": "detection",
+    "roc_curve": "detection",
+    "tpr_at_fpr": "detection",
+    "LRTestResult": "lrtest",
+    "likelihood_ratio_test": "lrtest",
+    "nested_logit_lrtest": "lrtest",
+    "OddsRatio": "proportions",
+    "odds_ratio_ci": "proportions",
+    "proportion_ci": "proportions",
+    "two_proportion_ztest": "proportions",
+    "binomial_sf": "tails",
+    "chernoff_bound": "tails",
+    "kl_bernoulli": "tails",
+    "log_binomial_sf": "tails",
+    "log_chernoff_bound": "tails",
+    "log_poisson_binomial_chernoff_bound": "tails",
+    "log_poisson_binomial_sf": "tails",
+    "poisson_binomial_chernoff_bound": "tails",
+    "poisson_binomial_sf": "tails",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'assay.stats' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"assay.stats.{_HOME[name]}"), name)

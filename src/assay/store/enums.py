@@ -82,3 +82,12 @@ class JobStatus(StrEnum):
 
 FINISHED_JOBS = (JobStatus.DONE, JobStatus.FAILED, JobStatus.TIMED_OUT)
 ACTIVE_JOBS = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+class ThrottleScope(StrEnum):
+    """What a count of failed sign-ins is about (``assay.web.throttle``)."""
+
+    CLIENT = "client"  # one client address, whatever names it tries
+    CLIENT_ACCOUNT = "client_account"  # one address trying one name
+    ACCOUNT = "account"  # one name, from every client that has not signed in to it before
+    DEVICE = "device"  # one browser that has signed in to the account before

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from assay.store.enums import Role
@@ -29,8 +29,6 @@ class WebUser(Base):
     password_hash: Mapped[str] = mapped_column(String(255))  # argon2id, PHC string
     roles: Mapped[list[str]] = mapped_column(JSON, default=list)  # subset of ROLES
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))  # for team members
-    failed_logins: Mapped[int] = mapped_column(Integer, default=0)  # consecutive; reset on success
-    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -123,3 +121,34 @@ class WebAuditEvent(Base):
     detail: Mapped[str] = mapped_column(String(1000), default="")
 
     actor: Mapped[WebUser | None] = relationship(lazy="joined")
+
+
+class WebLoginThrottle(Base):
+    """Failed sign-ins counted per scope: a client address, an (address, name) pair, a name from unknown
+    clients, or one known device (see ``assay.web.throttle``). Keyed by the name as typed, so a name that
+    exists and one that does not are throttled alike."""
+
+    __tablename__ = "web_login_throttles"
+    __table_args__ = (UniqueConstraint("scope", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    scope: Mapped[str] = mapped_column(String(20))  # a ThrottleScope
+    key: Mapped[str] = mapped_column(String(300))
+    failures: Mapped[int] = mapped_column(Integer, default=0)  # since the last quiet spell or success
+    last_failure_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    blocked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class WebDevice(Base):
+    """A browser that has signed in to this account before (its ``assay_device`` cookie; sha256 only kept).
+
+    Failures from unknown clients never block a known device: the account's own sign-ins go on under attack.
+    """
+
+    __tablename__ = "web_devices"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

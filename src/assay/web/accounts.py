@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -28,29 +30,32 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
+from assay.names import check_username
 from assay.store.enums import Role
 from assay.store.models import Team, as_utc, utcnow
+from assay.store.paging import Window, page_of
 from assay.store.star_models import StarCampaign, StarParticipant
 from assay.store.web_models import (
     ROLES,
     WebApiToken,
+    WebDevice,
     WebInvitation,
     WebPasswordReset,
     WebSession,
     WebUser,
     WebUserParticipant,
 )
+from assay.web import throttle
 from assay.web.audit import record
 
-MAX_FAILED_LOGINS = 5  # consecutive failures before the account is locked
-LOCKOUT = timedelta(minutes=15)
+HASH_SLOTS = int(os.environ.get("ASSAY_HASH_SLOTS", "0")) or max(2, os.cpu_count() or 2)  # per process
+_HASH_SLOTS = threading.BoundedSemaphore(HASH_SLOTS)
 SESSION_LIFETIME = timedelta(hours=12)
 RESET_LIFETIME = timedelta(hours=24)  # a password-reset link
 SEEN_EVERY = timedelta(minutes=5)  # last_seen_at is refreshed at most this often: fewer writes
 MIN_PASSWORD = 10
 API_TOKEN_PREFIX = "assay_"
-USERNAME = re.compile(r"[a-z0-9_.-]{3,64}")
-LOGIN_FAILED = "login failed: wrong username or password, or too many attempts (wait 15 minutes)"
+LOGIN_FAILED = "login failed: wrong username or password"
 
 
 class LoginFailed(UserError):
@@ -58,6 +63,23 @@ class LoginFailed(UserError):
 
     def __init__(self) -> None:
         super().__init__(LOGIN_FAILED)
+
+
+class Throttled(UserError):
+    """Too many failed sign-ins in one of the attempt's scopes: wait ``retry_after`` seconds (a 429)."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"too many failed sign-ins: try again in {retry_after} s")
+        self.retry_after = retry_after
+
+
+class Busy(UserError):
+    """Every password-hashing slot of this process is taken: try again in a second (a 429)."""
+
+    retry_after = 1
+
+    def __init__(self) -> None:
+        super().__init__("the server is busy checking other sign-ins: try again in a second")
 
 
 def clock() -> datetime:
@@ -134,9 +156,7 @@ def create_user(
 ) -> WebUser:
     """A new account; a bad username, short password, unknown role or taken name is a ``UserError``.
     ``actor``: the organiser who made it (None: the shell, or the person accepting an invitation)."""
-    username = username.strip()
-    if not USERNAME.fullmatch(username):
-        raise UserError(f"username '{username}' invalid: use 3-64 characters of a-z, 0-9, '_', '.', '-'")
+    username = check_username(username)
     _check_password(password)
     roles = _check_roles(roles)
     if get_user(session, username) is not None:
@@ -147,7 +167,6 @@ def create_user(
         password_hash=hash_password(password),
         roles=roles,
         team=team,
-        failed_logins=0,
         disabled=False,
     )
     session.add(user)
@@ -164,8 +183,9 @@ def get_user(session: Session, username: str) -> WebUser | None:
     return session.scalar(select(WebUser).where(WebUser.username == username.strip()))
 
 
-def list_users(session: Session) -> list[WebUser]:
-    return list(session.scalars(select(WebUser).order_by(WebUser.username)))
+def list_users(session: Session, window: Window | None = None) -> tuple[list[WebUser], int]:
+    """Accounts by username: a window of them (default: the first ``DEFAULT_LIMIT``) and how many in all."""
+    return page_of(session, select(WebUser).order_by(WebUser.username), window or Window())
 
 
 def list_teams(session: Session) -> list[Team]:
@@ -188,29 +208,76 @@ def has_role(user: WebUser, *roles: str) -> bool:
     return Role.ORGANISER in user.roles or any(role in user.roles for role in roles)
 
 
-def authenticate(session: Session, username: str, password: str, now: datetime | None = None) -> WebUser:
-    """The user whose password this is, or ``LoginFailed``; 5 failures in a row lock it for 15 minutes.
+def authenticate(
+    session: Session,
+    username: str,
+    password: str,
+    *,
+    client: str = "local",
+    device: str | None = None,
+    now: datetime | None = None,
+) -> WebUser:
+    """The user whose password this is, or ``LoginFailed`` (counted by ``throttle``), ``Throttled`` (wait
+    first, nothing hashed) or ``Busy`` (every hashing slot taken).
 
-    An unknown name still costs one argon2 verification, so timing does not tell which names exist either.
+    ``client`` is the address the attempt comes from, ``device`` the raw ``assay_device`` cookie if any. An
+    unknown or disabled name costs one argon2 verification like a known one, and throttling is keyed by the
+    name as typed, so neither the answer nor its timing tells which names exist.
     """
     now = now or clock()
     user = get_user(session, username)
-    if user is None or user.disabled:
-        _verify(_decoy_hash(password_hasher()), password)
+    attempt = throttle.Attempt(client, username, _known_device(session, user, device))
+    wait = throttle.retry_after(session, attempt, now)
+    if wait is not None:
+        raise Throttled(wait)
+    usable = user is not None and not user.disabled
+    with hashing_slot():
+        matches = _verify(user.password_hash if usable else _decoy_hash(password_hasher()), password)  # type: ignore[union-attr]
+    if not (usable and matches):
+        throttle.record_failure(session, attempt, now)
         raise LoginFailed()
-    if user.locked_until is not None and as_utc(user.locked_until) > now:
-        raise LoginFailed()  # no verification while locked: guessing is pointless until it expires
-    if not _verify(user.password_hash, password):
-        user.failed_logins += 1
-        if user.failed_logins >= MAX_FAILED_LOGINS:
-            user.failed_logins, user.locked_until = 0, now + LOCKOUT
-        session.flush()
-        raise LoginFailed()
-    user.failed_logins, user.locked_until = 0, None
+    assert user is not None
+    throttle.record_success(session, attempt)
     if password_hasher().check_needs_rehash(user.password_hash):
         user.password_hash = hash_password(password)  # parameters were raised since this hash was made
     session.flush()
     return user
+
+
+@contextmanager
+def hashing_slot() -> Iterator[None]:
+    """Hold one of the process's ``HASH_SLOTS`` for a password check, or raise ``Busy`` at once: a flood of
+    sign-ins queues no argon2 work, so the server keeps answering everything else."""
+    if not _HASH_SLOTS.acquire(blocking=False):
+        raise Busy()
+    try:
+        yield
+    finally:
+        _HASH_SLOTS.release()
+
+
+def remember_device(
+    session: Session, user: WebUser, raw: str | None, now: datetime | None = None
+) -> str | None:
+    """After a sign-in: the raw token of a new device cookie for ``user``, or None if ``raw`` is already one
+    of theirs (its last use is refreshed)."""
+    now = now or clock()
+    known = session.scalar(select(WebDevice).where(WebDevice.token_sha256 == sha256(raw))) if raw else None
+    if known is not None and known.user_id == user.id:
+        known.last_used_at = now
+        return None
+    fresh = secrets.token_urlsafe(32)
+    session.add(WebDevice(user_id=user.id, token_sha256=sha256(fresh), created_at=now, last_used_at=now))
+    session.flush()
+    return fresh
+
+
+def _known_device(session: Session, user: WebUser | None, raw: str | None) -> str | None:
+    """The sha256 of ``raw`` if it is a device cookie of ``user``'s account, else None."""
+    if user is None or not raw:
+        return None
+    found = session.scalar(select(WebDevice.user_id).where(WebDevice.token_sha256 == sha256(raw)))
+    return sha256(raw) if found == user.id else None
 
 
 def set_password(session: Session, user: WebUser, password: str) -> None:
@@ -523,14 +590,22 @@ def participants_of(session: Session, user: WebUser) -> list[StarParticipant]:
 def linked_members(session: Session, user: WebUser) -> list[tuple[StarParticipant, str]]:
     """The pool members this user acts as, each with its campaign's name, by campaign name: what an
     organiser needs to read, since a member's id in the pool file is unique only within its campaign."""
+    return members_of(session, [user.id]).get(user.id, [])
+
+
+def members_of(session: Session, user_ids: list[int]) -> dict[int, list[tuple[StarParticipant, str]]]:
+    """``linked_members`` of many users in one query (a page of the user list), by user id."""
     query = (
-        select(StarParticipant, StarCampaign.name)
-        .join(WebUserParticipant, WebUserParticipant.participant_id == StarParticipant.id)
+        select(WebUserParticipant.user_id, StarParticipant, StarCampaign.name)
+        .join(StarParticipant, WebUserParticipant.participant_id == StarParticipant.id)
         .join(StarCampaign, StarCampaign.id == StarParticipant.campaign_id)
-        .where(WebUserParticipant.user_id == user.id)
+        .where(WebUserParticipant.user_id.in_(user_ids))
         .order_by(StarCampaign.name)
     )
-    return [(member, name) for member, name in session.execute(query)]
+    found: dict[int, list[tuple[StarParticipant, str]]] = {}
+    for user_id, member, name in session.execute(query):
+        found.setdefault(user_id, []).append((member, name))
+    return found
 
 
 def campaign_names(session: Session) -> list[str]:
@@ -569,15 +644,21 @@ def find_pool_member(session: Session, campaign: str, member: str) -> StarPartic
 # ---- account management (organisers) ------------------------------------------------------------
 
 
-def is_locked(user: WebUser, now: datetime | None = None) -> bool:
-    """True while failed sign-ins keep the account locked; the lock lifts by itself after ``LOCKOUT``."""
-    return user.locked_until is not None and as_utc(user.locked_until) > (now or clock())
+def waiting(session: Session, users: list[WebUser], now: datetime | None = None) -> dict[int, datetime]:
+    """Of ``users``, those whose sign-ins from unknown clients must wait after many failures, and until when,
+    by user id (their known devices are never held back)."""
+    until = throttle.names_waiting(session, [u.username for u in users], now or clock())
+    return {u.id: until[u.username] for u in users if u.username in until}
 
 
 def end_all_sessions(session: Session, user: WebUser) -> None:
     """Delete every browser session of ``user``: each of their cookies is refused from the next request."""
     session.execute(delete(WebSession).where(WebSession.user_id == user.id))
     session.flush()
+
+
+def _revoke_tokens(session: Session, user: WebUser) -> None:
+    session.execute(update(WebApiToken).where(WebApiToken.user_id == user.id).values(revoked=True))
 
 
 def set_disabled(session: Session, actor: WebUser | None, user: WebUser, disabled: bool) -> None:
@@ -589,7 +670,7 @@ def set_disabled(session: Session, actor: WebUser | None, user: WebUser, disable
     user.disabled = disabled
     if disabled:
         end_all_sessions(session, user)
-        session.execute(update(WebApiToken).where(WebApiToken.user_id == user.id).values(revoked=True))
+        _revoke_tokens(session, user)
     record(session, actor, "user.disable" if disabled else "user.enable", user.username)
     session.flush()
 
@@ -609,9 +690,10 @@ def set_roles(
 
 
 def unlock(session: Session, user: WebUser, *, actor: WebUser | None = None, quiet: bool = False) -> None:
-    """Lift a lockout from failed sign-ins before it runs out (the counter starts again from zero);
-    ``quiet`` when it is part of another recorded change (a password reset)."""
-    user.failed_logins, user.locked_until = 0, None
+    """Clear every failed-sign-in count about ``user`` (its name, each address's count for it, its devices'),
+    so waits end now; ``quiet`` when it is part of another recorded change (a password reset)."""
+    devices = session.scalars(select(WebDevice.token_sha256).where(WebDevice.user_id == user.id))
+    throttle.forget_name(session, user.username, list(devices))
     if not quiet:
         record(session, actor, "user.unlock", user.username)
     session.flush()
@@ -652,9 +734,12 @@ def open_password_reset(session: Session, raw: str, now: datetime | None = None)
     return _open_link(session, PASSWORD_RESET, raw, now or clock())
 
 
-def use_password_reset(session: Session, raw: str, password: str, now: datetime | None = None) -> WebUser:
+def use_password_reset(
+    session: Session, raw: str, password: str, now: datetime | None = None, *, keep_tokens: bool = False
+) -> WebUser:
     """Set a new password through a reset link: the link is marked used in the same transaction (a conditional
-    update, so two requests cannot both use it), the user's sessions end and any lockout is lifted."""
+    update, so two requests cannot both use it), the user's sessions end, their API tokens are revoked unless
+    they choose to keep them (``keep_tokens``), and every sign-in wait on the account is lifted."""
     now = now or clock()
     reset = open_password_reset(session, raw, now)
     _check_password(password)  # before using the link up: a too-short password leaves it usable
@@ -663,5 +748,13 @@ def use_password_reset(session: Session, raw: str, password: str, now: datetime 
     set_password(session, user, password)
     unlock(session, user, quiet=True)
     end_all_sessions(session, user)
-    record(session, user, "password_reset.use", user.username)
+    if not keep_tokens:
+        _revoke_tokens(session, user)
+    record(
+        session,
+        user,
+        "password_reset.use",
+        user.username,
+        "API tokens kept" if keep_tokens else "API tokens revoked",
+    )
     return user

@@ -34,10 +34,13 @@ from jinja2 import Environment, FileSystemLoader
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from assay import __version__
+from assay.config import settings
 from assay.errors import UserError
 from assay.star.workflow import NotAllowed, NotYours
 from assay.store.engine import open_store
+from assay.web import signin
 from assay.web.background import BackgroundWork
+from assay.web.paging import refuse_unknown_query
 from assay.web.routes import load_routers, page_context, render
 from assay.web.security import (
     CurrentUser,
@@ -81,7 +84,8 @@ def make_templates() -> Jinja2Templates:
 
 def app_from_env() -> FastAPI:
     """The application factory for several worker processes (``assay serve --workers``, or uvicorn's
-    ``--factory``): the database from ``ASSAY_DB_URL``, Secure cookies when ``ASSAY_SECURE_COOKIES=1``."""
+    ``--factory``): the database from ``ASSAY_DB_URL``, the public address from ``ASSAY_PUBLIC_URL``, Secure
+    cookies when ``ASSAY_SECURE_COOKIES=1``."""
     return create_app(secure_cookies=os.environ.get(SECURE_COOKIES_ENV) == "1")
 
 
@@ -98,9 +102,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(
-    database_url: str | None = None, *, secure_cookies: bool = False, sweep_seconds: float = SWEEP_SECONDS
+    database_url: str | None = None,
+    *,
+    secure_cookies: bool = False,
+    sweep_seconds: float = SWEEP_SECONDS,
+    public_url: str | None = None,
 ) -> FastAPI:
     """The web app over the store at ``database_url`` (default: ``settings().database_url``).
+
+    ``public_url``: the address users reach the site at (default: ``ASSAY_PUBLIC_URL``); invitation and
+    reset links are built from it, and without it they are refused (never built from the ``Host`` header).
 
     ``secure_cookies``: mark the session cookie Secure; turn it on whenever the site is served over HTTPS.
     ``sweep_seconds``: how often the sweeper releases expired claims and fails orphaned DyePack runs.
@@ -113,11 +124,12 @@ def create_app(
         openapi_url=OPENAPI_PATH,
         docs_url=None,  # served by _docs_page, with the Swagger UI files from this host
         redoc_url=None,
-        dependencies=[Depends(csrf_protect)],
+        dependencies=[Depends(csrf_protect), Depends(refuse_unknown_query)],
         lifespan=lifespan,
     )
     app.state.sessions = open_store(database_url)
     app.state.secure_cookies = secure_cookies
+    app.state.public_url = signin.public_url(public_url or settings().public_url)
     app.state.templates = make_templates()
     app.state.areas = []
     app.state.background = BackgroundWork()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from assay.store.paging import Window, page_of
 from assay.store.web_models import WebAuditEvent, WebUser
 
 ACTIONS = {
@@ -16,7 +17,9 @@ ACTIONS = {
     "user.roles": "roles or team changed",
     "user.disable": "account disabled (sessions ended, API tokens revoked)",
     "user.enable": "account enabled",
-    "user.unlock": "lockout lifted",
+    "user.unlock": "sign-in waits lifted",
+    "signin.throttle": "failed sign-ins past the free limit: further attempts wait (1 s, doubling to 15 min)",
+    "signin.origin": "sign-in refused: posted from another site or without the sign-in form's token",
     "user.password_set": "password set from the shell",
     "user.link_member": "linked to a STAR pool member",
     "user.unlink_member": "unlinked from a STAR pool member",
@@ -40,11 +43,16 @@ def record(session: Session, actor: WebUser | None, action: str, target: str, de
 
 
 def recent(session: Session, limit: int = 200, target: str | None = None) -> list[WebAuditEvent]:
-    """The newest events first (all, or those about one ``target``)."""
-    query = select(WebAuditEvent).order_by(WebAuditEvent.id.desc()).limit(limit)
+    """The newest ``limit`` events first (all, or those about one ``target``)."""
+    return page(session, Window(limit), target)[0]
+
+
+def page(session: Session, window: Window, target: str | None = None) -> tuple[list[WebAuditEvent], int]:
+    """A window of the events, newest first (all, or those about one ``target``), and how many in all."""
+    query = select(WebAuditEvent).order_by(WebAuditEvent.id.desc())
     if target is not None:
         query = query.where(WebAuditEvent.target == target)
-    return list(session.scalars(query))
+    return page_of(session, query, window)
 
 
 def actor_name(event: WebAuditEvent) -> str:

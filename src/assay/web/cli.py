@@ -28,6 +28,7 @@ app = typer.Typer(
     "Example: ASSAY_PASSWORD=... assay user add alice --role organiser",
     no_args_is_help=True,
 )
+serve_app = typer.Typer(add_completion=False)  # `assay serve`: one command, mounted by the root
 console = Console(soft_wrap=True)
 Who = Annotated[str, typer.Argument(help="Who.")]
 DbUrl = Annotated[
@@ -35,6 +36,7 @@ DbUrl = Annotated[
 ]
 
 
+@serve_app.command("serve")
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
@@ -51,6 +53,12 @@ def serve(
     workers: int = typer.Option(
         1, "--workers", min=1, max=64, help="Worker processes; use PostgreSQL for more than one."
     ),
+    public_url: str | None = typer.Option(
+        None,
+        "--public-url",
+        help="The address users reach the site at (default: ASSAY_PUBLIC_URL; with --demo: "
+        "http://HOST:PORT). Invitation and reset links are built from it, never from the Host header.",
+    ),
 ) -> None:
     """Run the web application (pages and the JSON API under /api/v1).
 
@@ -63,7 +71,10 @@ def serve(
     from assay.web.app import SECURE_COOKIES_ENV, create_app
 
     url = db or settings().database_url
-    web = create_app(url, secure_cookies=secure_cookies)  # migrates once, before any worker starts
+    public_url = public_url or settings().public_url or (f"http://{host}:{port}" if demo else None)
+    web = create_app(
+        url, secure_cookies=secure_cookies, public_url=public_url
+    )  # migrates before workers start
     if demo:
         _seed_demo(web.state.sessions, target)
     if workers == 1:
@@ -73,6 +84,8 @@ def serve(
         console.print("note: several workers on SQLite share one write lock; PostgreSQL scales further")
     os.environ["ASSAY_DB_URL"] = url  # the workers are new processes: they read it from the environment
     os.environ[SECURE_COOKIES_ENV] = "1" if secure_cookies else "0"
+    if web.state.public_url:
+        os.environ["ASSAY_PUBLIC_URL"] = web.state.public_url
     web.state.sessions.kw["bind"].dispose()  # no connection of this process is inherited by a worker
     factory = "assay.web.app:app_from_env"
     uvicorn.run(factory, factory=True, workers=workers, host=host, port=port, proxy_headers=True)
@@ -100,7 +113,7 @@ def _seed_demo(sessions: Any, target: str | None) -> None:
 
     home = settings().home / "demo"
     with sessions() as session:
-        if accounts.list_users(session):
+        if accounts.list_users(session)[1]:
             console.print("--demo: the database already has users; serving it as it is", highlight=False)
             return
     if target is None:
@@ -165,13 +178,18 @@ def add(
 @app.command("list")
 def list_users(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    limit: int = typer.Option(100, "--limit", min=1, max=500, help="How many users at most."),
+    offset: int = typer.Option(0, "--offset", min=0, help="How many to skip (by username)."),
     db: DbUrl = None,
 ) -> None:
-    """List web users and their roles.
+    """List web users and their roles, by username, a page at a time.
 
-    Example: assay user list --json
+    Example: assay user list --json --limit 50 --offset 50
     """
+    from assay.store.paging import Window
+
     with open_store(db).begin() as session:
+        users, total = accounts.list_users(session, Window(limit, offset))
         rows = [
             {
                 "username": u.username,
@@ -180,7 +198,7 @@ def list_users(
                 "team": u.team.name if u.team else None,
                 "disabled": u.disabled,
             }
-            for u in accounts.list_users(session)
+            for u in users
         ]
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
@@ -192,6 +210,7 @@ def list_users(
             row["username"], row["display_name"], ", ".join(row["roles"]), row["team"] or "", status
         )
     console.print(table)
+    console.print(f"users {offset + 1 if rows else 0}-{offset + len(rows)} of {total}", highlight=False)
 
 
 @app.command("token")

@@ -155,7 +155,7 @@ def seed_demo(
     """Fill an empty database (see the module docstring); ``folder`` receives the DyePack files.
     ``round_dir``: an ``assay zoo split`` folder for the demo leaderboard round."""
     with sessions.begin() as session:
-        if accounts.list_users(session):
+        if accounts.list_users(session)[1]:
             raise UserError("the demo seeds an empty database; this one already has users")
         folder.mkdir(parents=True, exist_ok=True)
         teams = {name: add_team(session, name) for name in ("alpha", "beta")}

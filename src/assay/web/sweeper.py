@@ -6,6 +6,7 @@ What would otherwise happen on reads happens here, every ``SWEEP_SECONDS`` and o
 - DyePack (``assay.dyepack.registry.sweep``): runs whose key holder stopped are marked failed; the runs this
   process holds (its ``dyepack`` background lane) are alive by definition. At start-up that fails the runs
   a previous server process on this host left behind.
+- Sign-in (``assay.web.throttle.prune``): failed-sign-in counts quiet for an hour, with no wait running.
 
 ``sweep_all`` is one tick, with the time passed in (tests freeze it); ``Sweeper`` runs it in a daemon thread
 started with the app (its lifespan) and keeps the last outcome for the dashboard. A failed tick is logged
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from assay.dyepack import registry
 from assay.star import workflow
 from assay.store.models import utcnow
+from assay.web import throttle
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class SweepOutcome(BaseModel):
     released_claims: int = 0
     waiting_tasks: int = 0
     failed_runs: int = 0
+    pruned_signin_counts: int = 0
     error: str | None = None
 
 
@@ -56,7 +59,15 @@ def sweep_all(
     """Every pillar's periodic work at ``now``; ``dyepack_held``: the runs this process holds keys for."""
     star = workflow.sweep(sessions, now)
     failed = registry.sweep(sessions, now, dyepack_held)
-    return SweepOutcome(at=now, released_claims=star.released, waiting_tasks=star.waiting, failed_runs=failed)
+    with sessions.begin() as session:
+        pruned = throttle.prune(session, now)
+    return SweepOutcome(
+        at=now,
+        released_claims=star.released,
+        waiting_tasks=star.waiting,
+        failed_runs=failed,
+        pruned_signin_counts=pruned,
+    )
 
 
 class Sweeper:

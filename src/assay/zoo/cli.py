@@ -6,14 +6,12 @@ Parses options, calls the pillar, renders with rich. No computation lives here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from assay.terminal import progress_bar
-from assay.zoo.config import RoundConfig, load_round_config, with_overrides
-from assay.zoo.round import BuildResult, generate_round
-from assay.zoo.split import split_round
 
 app = typer.Typer(
     help="Model zoo: generate rounds of clean and trojaned models (TrojAI layout).\n\n"
@@ -36,13 +34,16 @@ def generate(
 
     Example: assay zoo generate --config examples/zoo-round.yaml --out round0/ --workers 2
     """
+    from assay.zoo.config import RoundConfig, load_round_config, with_overrides  # torch: only when used
+    from assay.zoo.round import generate_round
+
     base = load_round_config(config) if config is not None else RoundConfig()
     round_config = with_overrides(base, models=models, seed=seed)
     progress = progress_bar()
     with progress:
         task = progress.add_task("models", total=round_config.models)
 
-        def on_done(result: BuildResult) -> None:
+        def on_done(result: Any) -> None:  # a zoo.round.BuildResult
             progress.advance(task)
 
         summary = generate_round(round_config, out, workers=workers, on_done=on_done)
@@ -71,6 +72,8 @@ def split(
     Example: assay zoo split round0/ --train 0.5 --test 0.3 --holdout 0.2 --seed 1
     """
     fractions = {"train": train, "test": test, "holdout": holdout}
+    from assay.zoo.split import split_round
+
     summary = split_round(round_dir, fractions, seed=seed, out_dir=out)
     if json_out:
         console.print_json(summary.model_dump_json())

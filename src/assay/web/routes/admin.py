@@ -25,11 +25,14 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError
 from assay.store.enums import Role
 from assay.store.models import as_utc
+from assay.store.paging import Window
 from assay.store.web_models import ROLES, WebUser
 from assay.web import accounts, audit
+from assay.web.paging import Page, Paging
 from assay.web.params import path_id, plain_text
 from assay.web.routes import Area, render
 from assay.web.security import DbSession, require
+from assay.web.signin import public_link
 
 AREAS = [Area("Users", "/admin/users", (Role.ORGANISER,), "Create and manage accounts.", order=800)]
 Organiser = Annotated[WebUser, Depends(require(Role.ORGANISER))]
@@ -41,14 +44,19 @@ api = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 # ---- pages: the user list, creating users and invitations ----------------------------------------
 
 
-def _users_page(request: Request, session: Session, status_code: int = 200, **extra: object) -> Response:
-    users = accounts.list_users(session)
+def _users_page(
+    request: Request, session: Session, status_code: int = 200, window: Window | None = None, **extra: object
+) -> Response:
+    window = window or Window()
+    users, total = accounts.list_users(session, window)
     return render(
         request,
         "admin_users.html",
         status_code=status_code,
         users=users,
-        locked={u.id for u in users if accounts.is_locked(u)},
+        total=total,
+        window=window,
+        waiting=accounts.waiting(session, users),
         teams=accounts.list_teams(session),
         campaigns=accounts.campaign_names(session),
         roles=ROLES,
@@ -57,8 +65,8 @@ def _users_page(request: Request, session: Session, status_code: int = 200, **ex
 
 
 @pages.get("/users", response_class=HTMLResponse)
-def users(request: Request, session: DbSession, user: Organiser) -> Response:
-    return _users_page(request, session)
+def users(request: Request, session: DbSession, user: Organiser, window: Paging) -> Response:
+    return _users_page(request, session, window=window)
 
 
 @pages.post("/users", response_class=HTMLResponse)
@@ -106,10 +114,10 @@ def create_invitation(
             accounts.find_pool_member(session, campaign, member),
             valid_hours,
         )
+        link = public_link(request, "invite_page", token=raw)
     except UserError as err:
         session.rollback()
         return _users_page(request, session, 400, error=err)
-    link = str(request.url_for("invite_page", token=raw))
     return _users_page(request, session, 201, invitation_link=link, invitation_hours=valid_hours)
 
 
@@ -132,7 +140,7 @@ def _user_page(
         "admin_user.html",
         status_code=status_code,
         target=target,
-        locked=accounts.is_locked(target),
+        waiting_until=accounts.waiting(session, [target]).get(target.id),
         members=accounts.linked_members(session, target),
         events=audit.recent(session, 50, target=target.username),
         actor_name=audit.actor_name,
@@ -204,7 +212,7 @@ def enable(request: Request, session: DbSession, user: Organiser, username: str)
 @pages.post("/users/{username}/unlock", response_class=HTMLResponse)
 def unlock(request: Request, session: DbSession, user: Organiser, username: str) -> Response:
     target = _target(session, username)
-    notice = f"Unlocked '{target.username}': they can sign in now."
+    notice = f"Lifted the sign-in waits on '{target.username}'."
     return _act(request, session, target, lambda: accounts.unlock(session, target, actor=user), notice)
 
 
@@ -214,10 +222,10 @@ def password_reset(request: Request, session: DbSession, user: Organiser, userna
     target = _target(session, username)
     try:
         raw = accounts.create_password_reset(session, user, target)
+        link = public_link(request, "reset_page", token=raw)
     except UserError as err:
         session.rollback()
         return _user_page(request, session, target, 400, error=err)
-    link = str(request.url_for("reset_page", token=raw))
     hours = accounts.RESET_LIFETIME.total_seconds() / 3600
     return _user_page(request, session, target, 201, reset_link=link, reset_hours=hours)
 
@@ -280,7 +288,9 @@ class UserOut(BaseModel):
     roles: list[str]
     team: str | None
     disabled: bool
-    locked_until: datetime | None = Field(description="set while failed sign-ins keep the account locked")
+    locked_until: datetime | None = Field(
+        description="set while sign-ins from clients this account has not used must wait after many failures"
+    )
     created_at: datetime
     pool_members: list[PoolMemberOut] = Field(description="the STAR pool members this account acts as")
 
@@ -327,49 +337,66 @@ NEW_LINK: dict[str, Any] = {"response_model": LinkOut, "status_code": 201}  # wh
 
 def _link_out(request: Request, page: str, raw: str, expires_at: datetime) -> LinkOut:
     """The single-use link to ``page`` (``invite_page``, ``reset_page``) for the raw token."""
-    return LinkOut(url=str(request.url_for(page, token=raw)), expires_at=as_utc(expires_at))
+    return LinkOut(url=public_link(request, page, token=raw), expires_at=as_utc(expires_at))
+
+
+def _users_out(session: Session, targets: list[WebUser]) -> list[UserOut]:
+    """The API records of ``targets``, in three queries whatever their number (members, waits, the users)."""
+    members = accounts.members_of(session, [t.id for t in targets])
+    waiting = accounts.waiting(session, targets)
+    return [
+        UserOut(
+            username=t.username,
+            display_name=t.display_name,
+            roles=list(t.roles),
+            team=t.team.name if t.team else None,
+            disabled=t.disabled,
+            locked_until=waiting.get(t.id),
+            created_at=as_utc(t.created_at),
+            pool_members=[
+                PoolMemberOut(participant_id=p.id, campaign=campaign, member=p.external_id, name=p.name)
+                for p, campaign in members.get(t.id, [])
+            ],
+        )
+        for t in targets
+    ]
 
 
 def _user_out(session: Session, target: WebUser) -> UserOut:
-    members = [
-        PoolMemberOut(participant_id=p.id, campaign=campaign, member=p.external_id, name=p.name)
-        for p, campaign in accounts.linked_members(session, target)
-    ]
-    return UserOut(
-        username=target.username,
-        display_name=target.display_name,
-        roles=list(target.roles),
-        team=target.team.name if target.team else None,
-        disabled=target.disabled,
-        locked_until=as_utc(target.locked_until) if accounts.is_locked(target) else None,
-        created_at=as_utc(target.created_at),
-        pool_members=members,
-    )
+    return _users_out(session, [target])[0]
 
 
 @api.get(
     "/audit",
-    response_model=list[AuditEventOut],
+    response_model=Page[AuditEventOut],
     summary="The newest changes to accounts and access, newest first",
     responses=FORBIDDEN,
 )
 def api_audit(
     session: DbSession,
     user: Organiser,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    window: Paging,
     target: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-) -> list[AuditEventOut]:
-    return [
+) -> Page[AuditEventOut]:
+    events, total = audit.page(session, window, target)
+    items = [
         AuditEventOut(
             at=as_utc(e.at), actor=audit.actor_name(e), action=e.action, target=e.target, detail=e.detail
         )
-        for e in audit.recent(session, limit, target=target)
+        for e in events
     ]
+    return Page.of(items, total, window)
 
 
-@api.get("/users", response_model=list[UserOut], summary="Every account", responses=FORBIDDEN)
-def api_users(session: DbSession, user: Organiser) -> list[UserOut]:
-    return [_user_out(session, u) for u in accounts.list_users(session)]
+@api.get(
+    "/users",
+    response_model=Page[UserOut],
+    summary="Accounts by username, a page at a time",
+    responses=FORBIDDEN,
+)
+def api_users(session: DbSession, user: Organiser, window: Paging) -> Page[UserOut]:
+    users, total = accounts.list_users(session, window)
+    return Page.of(_users_out(session, users), total, window)
 
 
 @api.get(

@@ -1,9 +1,11 @@
 """Signing in and out, accepting an invitation, setting a new password through a reset link, and the account
 page with its API tokens.
 
-A failed login is rendered (401), not raised, so the request still commits the failure counter that drives
-the lockout. After a successful login the old session (if any) ends and a new token is issued, so a token
-planted before login (session fixation) is worthless.
+A refused sign-in is rendered (403: another site's form or no form token; 429 + Retry-After: throttled or
+every hashing slot busy; 401: wrong name or password), not raised, so the request still commits the
+throttle's counts and the audit trail (``assay.web.throttle``, ``assay.web.signin``). After a successful
+login the old session (if any) ends and a new token is issued, so a token planted before login (session
+fixation) is worthless.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from assay.errors import UserError
 from assay.store.web_models import WebPasswordReset, WebUser
-from assay.web import accounts
+from assay.web import accounts, audit, signin
 from assay.web.routes import Area, redirect, render, safe_next
 from assay.web.security import (
     SESSION_COOKIE,
@@ -47,11 +49,21 @@ def _same(password: str, password_again: str) -> str:
     return password
 
 
+def _login_page(
+    request: Request, status_code: int = 200, headers: dict[str, str] | None = None, **context: object
+) -> Response:
+    """The sign-in form with a pre-session token (cookie and hidden field: ``signin.login_form_token``)."""
+    token = signin.login_form_token(request)
+    response = render(request, "login.html", status_code, headers, login_token=token, **context)
+    signin.set_login_cookie(request, response, token)
+    return response
+
+
 @router.get("/login", response_class=HTMLResponse)
 def login_page(request: Request, user: OptionalUser, next: str = "/") -> Response:
     if user is not None:
         return redirect(safe_next(next))
-    return render(request, "login.html", next=safe_next(next))
+    return _login_page(request, next=safe_next(next))
 
 
 @router.post("/login", response_class=HTMLResponse)
@@ -61,14 +73,32 @@ def login(
     username: Username,
     password: Password,
     next: Annotated[str, Form()] = "/",
+    login_token: Annotated[str, Form(max_length=100)] = "",
 ) -> Response:
+    """Refusals are rendered, not raised, so the request still commits the throttle's counts and audit."""
+    again = {"next": safe_next(next), "username": username}
+    problem = signin.login_post_problem(request, login_token)
+    if problem is not None:
+        audit.record(session, None, "signin.origin", username[:200], f"from {signin.client_address(request)}")
+        return _login_page(request, 403, error=problem, **again)
     try:
-        user = accounts.authenticate(session, username, password)
-    except accounts.LoginFailed as err:
-        return render(
-            request, "login.html", status_code=401, next=safe_next(next), username=username, error=err
+        user = accounts.authenticate(
+            session,
+            username,
+            password,
+            client=signin.client_address(request),
+            device=request.cookies.get(signin.DEVICE_COOKIE),
         )
-    return _sign_in(request, session, user, safe_next(next))
+    except (accounts.Throttled, accounts.Busy) as err:
+        return _login_page(request, 429, {"Retry-After": str(err.retry_after)}, error=err, **again)
+    except accounts.LoginFailed as err:
+        return _login_page(request, 401, error=err, **again)
+    response = _sign_in(request, session, user, safe_next(next))
+    device = accounts.remember_device(session, user, request.cookies.get(signin.DEVICE_COOKIE))
+    if device is not None:
+        signin.set_device_cookie(request, response, device)
+    response.delete_cookie(signin.LOGIN_COOKIE, path="/")
+    return response
 
 
 @router.post("/logout")
@@ -131,12 +161,14 @@ def reset_password(
     token: str,
     password: Password,
     password_again: Password,
+    keep_tokens: Annotated[bool, Form()] = False,
 ) -> Response:
-    """A used link ends every session of its user; the browser that used it is signed in afresh."""
+    """A used link ends every session of its user and, unless they keep them, revokes their API tokens; the
+    browser that used it is signed in afresh."""
     reset = accounts.open_password_reset(session, token)
     target = _reset_user(session, reset)
     try:
-        accounts.use_password_reset(session, token, _same(password, password_again))
+        accounts.use_password_reset(session, token, _same(password, password_again), keep_tokens=keep_tokens)
     except UserError as err:
         session.rollback()
         return render(request, "reset.html", 400, token=token, reset=reset, target=target, error=err)

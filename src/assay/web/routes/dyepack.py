@@ -31,8 +31,10 @@ from assay.models import GenerationParams
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
 from assay.store.enums import Role
 from assay.store.models import as_utc
+from assay.store.paging import Window
 from assay.store.web_models import WebUser
 from assay.web.accounts import has_role
+from assay.web.paging import Page, Paging
 from assay.web.params import MAX_ID, path_id
 from assay.web.routes import Area, redirect, render
 from assay.web.security import DbSession, require
@@ -173,14 +175,23 @@ def _start(
 
 
 def _index_page(
-    request: Request, session: Session, user: WebUser, status_code: int = 200, **extra: Any
+    request: Request,
+    session: Session,
+    user: WebUser,
+    status_code: int = 200,
+    window: Window | None = None,
+    **extra: Any,
 ) -> Response:
+    window = window or Window()
+    benchmarks, total = registry.list_benchmarks(session, window)
     return render(
         request,
         "dyepack_index.html",
         status_code=status_code,
-        benchmarks=registry.list_benchmarks(session),
-        runs=registry.list_runs(session, limit=20),
+        benchmarks=benchmarks,
+        total=total,
+        window=window,
+        runs=registry.list_runs(session, window=Window(limit=20))[0],
         can_write=has_role(user, Role.ORGANISER),
         form=extra.pop("form", {}),
         **extra,
@@ -200,7 +211,8 @@ def _benchmark_page(
         "dyepack_benchmark.html",
         status_code=status_code,
         benchmark=benchmark,
-        runs=registry.list_runs(session, benchmark.id),
+        runs=registry.list_runs(session, benchmark.id)[0],
+        run_total=registry.list_runs(session, benchmark.id, Window(limit=1))[1],
         can_write=has_role(user, Role.ORGANISER),
         form=extra.pop("form", {"alpha": "0.001", "max_new_tokens": "32"}),
         **extra,
@@ -208,8 +220,8 @@ def _benchmark_page(
 
 
 @pages.get("", response_class=HTMLResponse)
-def index(request: Request, session: DbSession, user: Viewer) -> Response:
-    return _index_page(request, session, user)
+def index(request: Request, session: DbSession, user: Viewer, window: Paging) -> Response:
+    return _index_page(request, session, user, window=window)
 
 
 @pages.post("/benchmarks", response_class=HTMLResponse)
@@ -412,9 +424,15 @@ def _run_out(run: DyePackRun) -> dict[str, Any]:
     }
 
 
-@api.get("/benchmarks", response_model=list[BenchmarkOut], responses=ERRORS, summary="Registered releases")
-def api_benchmarks(session: DbSession, user: Viewer) -> list[BenchmarkOut]:
-    return [_benchmark_out(b, n) for b, n in registry.list_benchmarks(session)]
+@api.get(
+    "/benchmarks",
+    response_model=Page[BenchmarkOut],
+    responses=ERRORS,
+    summary="Registered releases, newest first",
+)
+def api_benchmarks(session: DbSession, user: Viewer, window: Paging) -> Page[BenchmarkOut]:
+    rows, total = registry.list_benchmarks(session, window)
+    return Page.of([_benchmark_out(b, n) for b, n in rows], total, window)
 
 
 @api.post(
@@ -435,14 +453,15 @@ def api_register(body: BenchmarkIn, session: DbSession, user: Organiser) -> Benc
     return _benchmark_out(benchmark, 0)
 
 
-@api.get("/runs", response_model=list[RunOut], responses=ERRORS, summary="Verification runs, newest first")
+@api.get("/runs", response_model=Page[RunOut], responses=ERRORS, summary="Verification runs, newest first")
 def api_runs(
     session: DbSession,
     user: Viewer,
+    window: Paging,
     benchmark_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> list[RunOut]:
-    return [RunOut(**_run_out(run)) for run in registry.list_runs(session, benchmark_id, limit)]
+) -> Page[RunOut]:
+    runs, total = registry.list_runs(session, benchmark_id, window)
+    return Page.of([RunOut(**_run_out(run)) for run in runs], total, window)
 
 
 @api.get(

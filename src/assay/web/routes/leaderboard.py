@@ -31,6 +31,7 @@ from assay.leaderboard.status import JobProgress, QueueStatus
 from assay.leaderboard.views import NotAllowed, NotVisible, RoundOut, StandingsOut, SubmissionOut, Viewer
 from assay.store.enums import SubmissionStatus
 from assay.store.models import Submission
+from assay.web.paging import Page, Paging
 from assay.web.params import ObjectId
 from assay.web.routes import Area, redirect, render
 from assay.web.security import CurrentUser, DbSession
@@ -178,11 +179,14 @@ METRIC_LABELS = {
 
 
 @pages.get("", response_class=HTMLResponse)
-def rounds_page(request: Request, session: DbSession, viewer: SignedIn) -> Response:
+def rounds_page(request: Request, session: DbSession, viewer: SignedIn, window: Paging) -> Response:
+    rounds, total = views.visible_rounds(session, viewer, window)
     return render(
         request,
         "leaderboard_rounds.html",
-        rounds=views.visible_rounds(session, viewer),
+        rounds=rounds,
+        total=total,
+        window=window,
         organiser=views.is_organiser(viewer),
     )
 
@@ -289,9 +293,9 @@ def status_page(request: Request, session: DbSession, viewer: SignedIn) -> Respo
 NOT_FOUND = {404: {"model": Problem, "description": "No such object, or not yours to see"}}
 
 
-@api.get("/rounds", response_model=list[RoundOut], summary="Rounds you can see, newest first")
-def api_rounds(session: DbSession, viewer: SignedIn) -> list[RoundOut]:
-    return views.visible_rounds(session, viewer)
+@api.get("/rounds", response_model=Page[RoundOut], summary="Rounds you can see, newest first")
+def api_rounds(session: DbSession, viewer: SignedIn, window: Paging) -> Page[RoundOut]:
+    return Page.of(*views.visible_rounds(session, viewer, window), window)
 
 
 @api.get(
