@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from assay.store.enums import JobStatus
-from assay.store.models import Base, utcnow
+from assay.store.models import Base, UtcDateTime, utcnow
 
 RUN_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.DONE, JobStatus.FAILED)
 
@@ -33,7 +33,7 @@ class DyePackBenchmark(Base):
     release_fingerprint: Mapped[str | None] = mapped_column(String(100))
     commitment_text: Mapped[str] = mapped_column(Text)  # the whole public file, for check_commitment
     created_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     runs: Mapped[list[DyePackRun]] = relationship(back_populates="benchmark", order_by="DyePackRun.id.desc()")
 
@@ -56,12 +56,12 @@ class DyePackRun(Base):
     total_queries: Mapped[int] = mapped_column(Integer, default=0)
     done_queries: Mapped[int] = mapped_column(Integer, default=0)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # Stamped while the holding process works on the run (queued or running): lets a server on any host
     # fail a run whose holder died (``registry.interruption``).
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # The report, key-free (set when status is "done").
     flagged: Mapped[bool | None] = mapped_column(Boolean)
     verdict: Mapped[str | None] = mapped_column(Text)

@@ -23,7 +23,9 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 from assay.store.enums import JobStatus, RoundStatus, SubmissionStatus
 
@@ -43,6 +45,17 @@ def as_utc(moment: datetime | None) -> datetime | None:
     if moment is None or moment.tzinfo is not None:
         return moment
     return moment.replace(tzinfo=UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A ``timezone=True`` column that always reads back zone-aware UTC (``as_utc``), on SQLite too, so every
+    time a face hands out carries its offset (an OpenAPI ``date-time``) and no caller has to remember."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return as_utc(value)
 
 
 class Base(DeclarativeBase):
@@ -79,9 +92,9 @@ class Round(Base):
     scratch_bytes: Mapped[int] = mapped_column(BigInteger, default=2**30, server_default=str(2**30))
     max_processes: Mapped[int] = mapped_column(Integer, default=256, server_default="256")
     allow_unisolated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    opened_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    opened_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     splits: Mapped[list[Split]] = relationship(back_populates="round", cascade="all, delete-orphan")
 
@@ -109,7 +122,7 @@ class Team(Base):
     contact: Mapped[str] = mapped_column(String(200), default="")
     kind: Mapped[str] = mapped_column(String(40), default="performer")
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class Submission(Base):
@@ -121,14 +134,14 @@ class Submission(Base):
     artifact_path: Mapped[str] = mapped_column(Text)
     artifact_sha256: Mapped[str] = mapped_column(String(64), index=True)
     technique: Mapped[str] = mapped_column(String(200), default="")
-    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    submitted_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     status: Mapped[str] = mapped_column(String(20))
     validation_errors: Mapped[str] = mapped_column(Text, default="")
     duplicate_of_id: Mapped[int | None] = mapped_column(ForeignKey("submissions.id"))
     artifact_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # unpacked
     # when this submission stopped holding its artifact (practice retention); the folder itself goes only
     # once no submission holds it
-    artifact_removed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    artifact_removed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     team: Mapped[Team] = relationship()
     split: Mapped[Split] = relationship()
@@ -143,10 +156,10 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(20), default="queued", index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(200))
-    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # first claim
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())  # first claim
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     log: Mapped[str] = mapped_column(Text, default="")  # the harness's own notes (isolation, limits, errors)
 
     submission: Mapped[Submission] = relationship(back_populates="job")

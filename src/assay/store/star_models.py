@@ -13,11 +13,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from assay.store.enums import STAR_ROLES, TaskKind, TaskStatus
-from assay.store.models import Base, utcnow
+from assay.store.models import Base, UtcDateTime, utcnow
 
 ROLES = STAR_ROLES
 TASK_KINDS = tuple(TaskKind)
@@ -34,7 +34,7 @@ class StarCampaign(Base):
         Text
     )  # CampaignSpec.model_dump_json(): the rules the engine applies
     seed: Mapped[int] = mapped_column(Integer, default=0)  # in-group balance and ablation draws
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class StarParticipant(Base):
@@ -50,7 +50,7 @@ class StarParticipant(Base):
     roles: Mapped[list[str]] = mapped_column(JSON, default=list)  # subset of ROLES
     daily_cap: Mapped[int] = mapped_column(Integer, default=20)  # tasks claimed per UTC day
     opted_out: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class StarInstruction(Base):
@@ -92,9 +92,9 @@ class StarTask(Base):
     ablation: Mapped[bool] = mapped_column(Boolean, default=False)  # extra out-group annotation
     status: Mapped[str] = mapped_column(String(20), default="open")  # TASK_STATUSES
     participant_id: Mapped[int | None] = mapped_column(ForeignKey("star_participants.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    done_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    done_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     machine: Mapped[bool] = mapped_column(Boolean, default=False)  # finished by a model, not a person
 
     instruction: Mapped[StarInstruction] = relationship()
@@ -110,8 +110,8 @@ class StarDialogue(Base):
     topic: Mapped[str] = mapped_column(Text, default="")
     target_model: Mapped[str] = mapped_column(String(200), default="")
     machine: Mapped[bool] = mapped_column(Boolean, default=False)  # written by a model red teamer
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     pre_annotation: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the red teamer's own view
 
     instruction: Mapped[StarInstruction] = relationship()
@@ -129,7 +129,7 @@ class StarTurn(Base):
     index: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(20))  # TURN_ROLES
     text: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     dialogue: Mapped[StarDialogue] = relationship(back_populates="turns")
 
@@ -146,4 +146,4 @@ class StarAnnotation(Base):
     kind: Mapped[str] = mapped_column(String(20))  # annotate or arbitrate
     ablation: Mapped[bool] = mapped_column(Boolean, default=False)  # an extra out-group annotation
     machine: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from assay.store.models import Base, utcnow
+from assay.store.models import Base, UtcDateTime, utcnow
 
 DEFAULT_MAX_NEW_TOKENS = 512
 DEFAULT_TEMPERATURE = 0.7
@@ -35,7 +35,7 @@ class StarWebSettings(Base):
     temperature: Mapped[float] = mapped_column(Float, default=DEFAULT_TEMPERATURE)
     claim_timeout_minutes: Mapped[int] = mapped_column(Integer, default=DEFAULT_CLAIM_TIMEOUT_MINUTES)
     break_minutes: Mapped[int] = mapped_column(Integer, default=DEFAULT_BREAK_MINUTES)  # 0: no reminder
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class StarDraft(Base):
@@ -46,8 +46,8 @@ class StarDraft(Base):
     participant_id: Mapped[int] = mapped_column(ForeignKey("star_participants.id"))  # the claimer
     topic: Mapped[str] = mapped_column(Text)  # committed before the first message
     target_model: Mapped[str] = mapped_column(String(500), default="")  # model_id of the replies
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)  # last turn
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)  # last turn
 
     turns: Mapped[list[StarDraftTurn]] = relationship(
         cascade="all, delete-orphan", order_by="StarDraftTurn.index", lazy="selectin"
@@ -63,7 +63,7 @@ class StarDraftTurn(Base):
     index: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(20))  # user or assistant
     text: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class StarWebReport(Base):
@@ -73,5 +73,5 @@ class StarWebReport(Base):
     campaign_id: Mapped[int] = mapped_column(ForeignKey("star_campaigns.id"), unique=True)  # latest only
     html: Mapped[str] = mapped_column(Text)
     summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))

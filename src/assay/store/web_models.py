@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from assay.store.enums import Role
-from assay.store.models import Base, Team, utcnow
+from assay.store.models import Base, Team, UtcDateTime, utcnow
 
 ROLES = tuple(Role)
 
@@ -30,7 +30,7 @@ class WebUser(Base):
     roles: Mapped[list[str]] = mapped_column(JSON, default=list)  # subset of ROLES
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))  # for team members
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     team: Mapped[Team | None] = relationship(lazy="joined")
 
@@ -52,9 +52,9 @@ class WebSession(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)  # the cookie holds the token
     user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
     csrf_token: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    last_seen_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class WebApiToken(Base):
@@ -64,8 +64,8 @@ class WebApiToken(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
     name: Mapped[str] = mapped_column(String(100))
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
@@ -80,9 +80,9 @@ class WebInvitation(Base):
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
     participant_id: Mapped[int | None] = mapped_column(ForeignKey("star_participants.id"))
     created_by: Mapped[int] = mapped_column(ForeignKey("web_users.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     used_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
 
 
@@ -98,9 +98,9 @@ class WebPasswordReset(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     created_by: Mapped[int] = mapped_column(ForeignKey("web_users.id"))  # the organiser who issued it
 
 
@@ -114,7 +114,7 @@ class WebAuditEvent(Base):
     __tablename__ = "web_audit_events"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, index=True)
     actor_id: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
     action: Mapped[str] = mapped_column(String(40))  # e.g. user.disable; see assay.web.audit.ACTIONS
     target: Mapped[str] = mapped_column(String(200))  # a username, usually
@@ -135,8 +135,8 @@ class WebLoginThrottle(Base):
     scope: Mapped[str] = mapped_column(String(20))  # a ThrottleScope
     key: Mapped[str] = mapped_column(String(300))
     failures: Mapped[int] = mapped_column(Integer, default=0)  # since the last quiet spell or success
-    last_failure_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    blocked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_failure_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    blocked_until: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 class WebDevice(Base):
@@ -150,5 +150,5 @@ class WebDevice(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"), index=True)
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    last_used_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
