@@ -21,7 +21,18 @@ import time
 COMMANDS = {
     "python -c pass (baseline)": ["-c", "pass"],
     "assay --help": ["-m", "assay", "--help"],
-    "assay dyepack fpr": ["-m", "assay", "dyepack", "fpr", "--backdoors", "6", "--activated", "5", "--k", "4"],
+    "assay dyepack fpr": [
+        "-m",
+        "assay",
+        "dyepack",
+        "fpr",
+        "--backdoors",
+        "6",
+        "--activated",
+        "5",
+        "--k",
+        "4",
+    ],
     "assay user --help": ["-m", "assay", "user", "--help"],
     "assay user list": ["-m", "assay", "user", "list"],
     "assay leaderboard show --help": ["-m", "assay", "leaderboard", "show", "--help"],
@@ -33,7 +44,9 @@ COMMANDS = {
 def run_once(args: list[str], env: dict[str, str]) -> tuple[float, int]:
     """Wall seconds and peak RSS bytes of one fresh ``python ARGS``."""
     start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    child = subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:

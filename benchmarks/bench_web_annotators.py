@@ -1,4 +1,5 @@
-"""STAR annotation under load: 50 simulated annotators against one ``assay serve`` process on SQLite.
+"""STAR annotation under load: simulated annotators against ``assay serve`` on SQLite or PostgreSQL, with
+one or several worker processes, with or without think time.
 
 One set-up in a temporary folder, copied fresh for each scenario: a SQLite store holding the
 ``examples/star-campaign.yaml`` campaign with ``--dialogues`` human dialogues submitted through the engine
@@ -17,6 +18,17 @@ and reason; no annotation exists that no client sent; no task has two annotation
 prints FAIL and exits 1.
 
     python benchmarks/bench_web_annotators.py --annotators 50 --seconds 60 --baseline-seconds 15
+    python benchmarks/bench_web_annotators.py --db postgresql --workers 1 2 4 --annotators 200 \
+        --think-median 6 --seconds 60
+
+``--db postgresql`` starts a throwaway PostgreSQL server (``tests/postgres.py``: its own cluster on
+127.0.0.1, fsync off) and gives each scenario a fresh database copied from the set-up's (``CREATE DATABASE
+... TEMPLATE``). ``--workers`` runs the loaded scenario once per worker count (``assay serve --workers N``).
+``--think-median S`` makes each annotator pause between a task's view and its rating, and between tasks, for
+a log-normal time with median S seconds (sigma ``--think-sigma``, 0.8 by default: most pauses within a
+factor of 2.2 of the median, a few much longer), as people reading a dialogue do; each worker count is then
+run twice, with think time and without (the stress case). Server CPU counts the uvicorn process and its
+workers.
 
 Prints the machine's CPU count and load average, then a markdown table: the 1-annotator baseline and the
 loaded run side by side, with ratios against the baseline measured in the same process. Client and server
@@ -39,6 +51,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -46,6 +59,9 @@ from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the throwaway PostgreSQL
+from postgres import PostgresServer, postgres_server
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -93,7 +109,7 @@ TURNS = [
 
 @dataclass
 class Setup:
-    template: Path  # the SQLite file every scenario starts from (a copy each time)
+    template: str  # the set-up's database every scenario starts from (a copy each time): a file or a name
     tokens: list[str]  # annotator i's API token
     participants: list[int]  # annotator i's pool participant id
     viewer: str  # username of the signed-in standings reader
@@ -245,15 +261,21 @@ def add_people(
     return tokens, ids
 
 
-def build(folder: Path, annotators: int, dialogues: int) -> Setup:
+def build(folder: Path, annotators: int, dialogues: int, postgres: PostgresServer | None) -> Setup:
     from assay.star.assign import create_campaign
     from assay.star.spec import load_spec
     from assay.store import open_store
 
     start = time.perf_counter()
     splits = build_round(folder)
-    template = folder / "template.db"
-    sessions = open_store(f"sqlite:///{template}")
+    if postgres is not None:
+        template = "bench_template"
+        postgres_sql(postgres, f'CREATE DATABASE "{template}"')
+        url = postgres.url(template)
+    else:
+        template = str(folder / "template.db")
+        url = f"sqlite:///{template}"
+    sessions = open_store(url)
     add_leaderboard(sessions, splits)
     spec = load_spec(SPEC)
     with sessions.begin() as session:
@@ -261,9 +283,29 @@ def build(folder: Path, annotators: int, dialogues: int) -> Setup:
     tokens, ids = add_people(sessions, campaign_id, spec, annotators)
     made = add_dialogues(sessions, campaign_id, spec, dialogues)
     sessions.kw["bind"].dispose()
-    with sqlite3.connect(template) as db:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if postgres is None:
+        with sqlite3.connect(template) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return Setup(template, tokens, ids, "viewer", made, time.perf_counter() - start)
+
+
+def postgres_sql(server: PostgresServer, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(
+        f"host=127.0.0.1 port={server.port} user=assay dbname=postgres", autocommit=True
+    ) as c:
+        c.execute(statement)
+
+
+def fresh_database(setup: Setup, folder: Path, name: str, postgres: PostgresServer | None) -> str:
+    """A copy of the set-up's database for one scenario; its SQLAlchemy URL."""
+    if postgres is None:
+        db = folder / f"{name}.db"
+        shutil.copyfile(setup.template, db)
+        return f"sqlite:///{db}"
+    postgres_sql(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{setup.template}"')
+    return postgres.url(name)
 
 
 # --- one scenario -----------------------------------------------------------------------------------------
@@ -287,10 +329,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a live process and its live children (uvicorn's workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = _stat(int(entry.name))
+            except OSError:
+                continue
+            if int(entry.name) == pid or int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 async def timed(record: Record, kind: str, call: Awaitable[httpx.Response]) -> httpx.Response | None:
@@ -307,7 +362,9 @@ async def timed(record: Record, kind: str, call: Awaitable[httpx.Response]) -> h
     return response
 
 
-async def annotator(base: str, index: int, token: str, person: int, stop: float, record: Record) -> None:
+async def annotator(
+    base: str, index: int, token: str, person: int, stop: float, record: Record, think: Think
+) -> None:
     rng = random.Random(index)
     headers = {"Authorization": f"Bearer {token}"}
     api = f"{base}/api/v1/star"
@@ -327,6 +384,7 @@ async def annotator(base: str, index: int, token: str, person: int, stop: float,
             if view is None or view.status_code != 200:
                 continue
             seq += 1
+            await think.pause(rng)  # reading the dialogue
             likert = view.json()["likert"]
             rating = rng.randrange(len(likert))
             reason = f"annotator {index} note {seq}: the reply is {likert[rating]} (turn 2 pushes back)"
@@ -338,12 +396,28 @@ async def annotator(base: str, index: int, token: str, person: int, stop: float,
                 record.acked.append((sent.json()["annotation_id"], task["id"], person, rating, reason))
             else:
                 record.failed_submits.add(task["id"])
+            await think.pause(rng)  # between tasks
+
+
+@dataclass(frozen=True)
+class Think:
+    """Pauses of people at work: log-normal with this median (seconds; 0: none) and sigma."""
+
+    median: float = 0.0
+    sigma: float = 0.8
+
+    async def pause(self, rng: random.Random) -> None:
+        if self.median > 0:
+            await asyncio.sleep(self.median * float(np.exp(rng.gauss(0.0, self.sigma))))
 
 
 async def signed_in(base: str, username: str) -> httpx.AsyncClient:
-    """A client holding the viewer's session cookie (signed in before the load starts)."""
+    """A client holding the viewer's session cookie (signed in through the form before the load starts)."""
     client = httpx.AsyncClient(timeout=60)
-    login = await client.post(f"{base}/login", data={"username": username, "password": PASSWORD})
+    form = await client.get(f"{base}/login")
+    token = re.search(r'name="login_token" value="([^"]+)"', form.text)
+    data = {"username": username, "password": PASSWORD, "login_token": token.group(1) if token else ""}
+    login = await client.post(f"{base}/login", data=data)
     if login.status_code >= 400 or "assay_session" not in client.cookies:
         await client.aclose()
         raise RuntimeError(f"the viewer could not sign in: {login.status_code}")
@@ -361,14 +435,18 @@ async def standings_reader(client: httpx.AsyncClient, base: str, stop: float, re
         await asyncio.sleep(max(0.0, tick - time.perf_counter()))
 
 
-async def load(base: str, setup: Setup, annotators: int, seconds: float, record: Record) -> float:
+async def load(
+    base: str, setup: Setup, annotators: int, seconds: float, record: Record, think: Think
+) -> float:
     """Run the clients; seconds from the start until the last one finished its cycle."""
     viewer = await signed_in(base, setup.viewer)
     try:
         start = time.perf_counter()
         stop = start + seconds
         people = range(annotators)
-        clients = [annotator(base, i, setup.tokens[i], setup.participants[i], stop, record) for i in people]
+        clients = [
+            annotator(base, i, setup.tokens[i], setup.participants[i], stop, record, think) for i in people
+        ]
         await asyncio.gather(standings_reader(viewer, base, stop, record), *clients)
         return time.perf_counter() - start
     finally:
@@ -389,15 +467,22 @@ def wait_healthy(base: str, server: subprocess.Popen, timeout: float = 60) -> No
     raise RuntimeError(f"{base}/api/v1/health did not answer within {timeout} s")
 
 
-def check(db: Path, record: Record) -> dict[str, int]:
+def check(url: str, record: Record) -> dict[str, int]:
     """Compare what the clients were told with what the database holds."""
-    with sqlite3.connect(db) as conn:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as conn:
         rows = conn.execute(
-            "SELECT id, task_id, annotator_id, rating, reason FROM star_annotations"
-        ).fetchall()
+            text("SELECT id, task_id, annotator_id, rating, reason FROM star_annotations")
+        ).all()
         per_task = conn.execute(
-            "SELECT count(*) FROM (SELECT task_id FROM star_annotations GROUP BY task_id HAVING count(*) > 1)"
-        ).fetchone()[0]
+            text(
+                "SELECT count(*) FROM (SELECT task_id FROM star_annotations"
+                " GROUP BY task_id HAVING count(*) > 1) AS doubled"
+            )
+        ).scalar_one()
+    engine.dispose()
     stored = {row[0]: tuple(row) for row in rows}
     acked_ids = Counter(a[0] for a in record.acked)
     lost = sum(1 for a in record.acked if stored.get(a[0]) != a)  # missing, or another task/rating/reason
@@ -413,25 +498,42 @@ def check(db: Path, record: Record) -> dict[str, int]:
     }
 
 
-def scenario(setup: Setup, folder: Path, annotators: int, seconds: float, keep: Path | None) -> dict:
-    db = folder / f"run-{annotators}.db"
-    shutil.copyfile(setup.template, db)
+@dataclass(frozen=True)
+class Plan:
+    """One scenario: how many annotators, for how long, on how many workers, with what pauses."""
+
+    annotators: int
+    seconds: float
+    workers: int = 1
+    think: Think = Think()
+
+    @property
+    def label(self) -> str:
+        pauses = f"think {self.think.median:g} s" if self.think.median else "no think"
+        return f"{self.annotators} ann., {self.workers} worker{'s' * (self.workers > 1)}, {pauses}"
+
+
+def scenario(
+    setup: Setup, folder: Path, plan: Plan, keep: Path | None, postgres: PostgresServer | None
+) -> dict:
+    name = f"run_{plan.annotators}_{plan.workers}_{int(plan.think.median * 10)}"
+    url = fresh_database(setup, folder, name, postgres)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log_path = folder / f"server-{annotators}.log"
+    log_path = folder / f"server-{name}.log"
     env = os.environ | {"ASSAY_HOME": str(folder / "home")}
+    argv = [sys.executable, "-m", "assay", "serve", "--db", url, "--port", str(port)]
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "assay", "serve", "--db", f"sqlite:///{db}", "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
+            [*argv, "--workers", str(plan.workers)], stdout=log, stderr=subprocess.STDOUT, env=env
         )
         try:
             wait_healthy(base, server)
+            if plan.workers > 1:
+                time.sleep(3)  # every worker has started and opened the store
             record = Record()
             server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
-            elapsed = asyncio.run(load(base, setup, annotators, seconds, record))
+            elapsed = asyncio.run(load(base, setup, plan.annotators, plan.seconds, record, plan.think))
             server_cpu, client_cpu = cpu_seconds(server.pid) - server_cpu, time.process_time() - client_cpu
         finally:
             server.terminate()  # uvicorn finishes the requests in flight first
@@ -451,13 +553,14 @@ def scenario(setup: Setup, folder: Path, annotators: int, seconds: float, keep: 
         "of which connection-pool timeouts": text.count("sqlalchemy.exc.TimeoutError: QueuePool limit"),
     }
     return {
-        "annotators": annotators,
+        "annotators": plan.annotators,
+        "label": plan.label,
         "seconds": elapsed,
         "record": record,
         "server_cpu": server_cpu,
         "client_cpu": client_cpu,
         "server_errors": server_errors,
-        "integrity": check(db, record),
+        "integrity": check(url, record),
     }
 
 
@@ -491,8 +594,8 @@ def fmt(value: float) -> str:
 
 def report(runs: list[dict]) -> None:
     base, rows = metrics(runs[0]), [metrics(r) for r in runs]
-    heads = [f"{r['annotators']} annotator{'s' * (r['annotators'] > 1)} ({r['seconds']:.0f} s)" for r in runs]
-    print("| metric | " + " | ".join(heads) + " | ratio |")
+    heads = [f"{r['label']} ({r['seconds']:.0f} s)" for r in runs]
+    print("| metric | " + " | ".join(heads) + " | last / first |")
     print("|---|" + "---:|" * (len(runs) + 1))
     for name in base:
         values = " | ".join(fmt(row[name]) for row in rows)
@@ -508,7 +611,7 @@ def report(runs: list[dict]) -> None:
         record: Record = run["record"]
         bad = {f"{k} {s}": n for (k, s), n in sorted(record.statuses.items(), key=str) if s != 200}
         print(
-            f"{run['annotators']} annotators: requests {record.requests}, non-200 {bad or 'none'}, "
+            f"{run['label']}: requests {record.requests}, non-200 {bad or 'none'}, "
             f"server log {run['server_errors']}, integrity {run['integrity']}"
         )
 
@@ -522,21 +625,37 @@ def main() -> None:
         "--dialogues", type=int, default=6000, help="Human dialogues to annotate (2+ tasks each)."
     )
     parser.add_argument("--keep", type=Path, default=None, help="Copy the server logs to this folder.")
+    parser.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1], help="Worker counts to run under load."
+    )
+    parser.add_argument("--think-median", type=float, default=0.0, help="Median pause in seconds (0: none).")
+    parser.add_argument("--think-sigma", type=float, default=0.8)
     args = parser.parse_args()
+    with ExitStack() as stack:
+        postgres = stack.enter_context(postgres_server()) if args.db == "postgresql" else None
+        run_all(args, postgres)
+
+
+def run_all(args: argparse.Namespace, postgres: PostgresServer | None) -> None:
 
     averages = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{os.cpu_count()} CPUs; load average at start {averages} (1, 5, 15 min)")
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
         folder = Path(tmp)
-        setup = build(folder, args.annotators, args.dialogues)
+        setup = build(folder, args.annotators, args.dialogues, postgres)
         print(
             f"set-up: {setup.dialogues} dialogues, {args.annotators} annotators, {setup.seconds:.0f} s; "
             f"load average now {os.getloadavg()[0]:.2f}"
         )
-        runs = [
-            scenario(setup, folder, 1, args.baseline_seconds, args.keep),
-            scenario(setup, folder, args.annotators, args.seconds, args.keep),
-        ]
+        plans = [Plan(1, args.baseline_seconds, args.workers[0])]
+        for workers in args.workers:
+            if args.think_median > 0:
+                plans.append(
+                    Plan(args.annotators, args.seconds, workers, Think(args.think_median, args.think_sigma))
+                )
+            plans.append(Plan(args.annotators, args.seconds, workers))
+        runs = [scenario(setup, folder, plan, args.keep, postgres) for plan in plans]
     print(f"load average at end {os.getloadavg()[0]:.2f}")
     print()
     report(runs)

@@ -18,6 +18,8 @@ from assay.cli import SUBCOMMANDS, load_subcommand
 pytestmark = pytest.mark.slow  # a fresh interpreter per command (a second or two each)
 
 HEAVY = ("torch", "transformers", "statsmodels", "umap", "sklearn", "peft", "fastapi", "uvicorn")
+# What a sub-app's help must not need either: the database layer and the numeric stack.
+HELP_FREE = ("sqlalchemy", "numpy", "pandas", "scipy")
 PROBE = f"""
 import json, runpy, sys
 sys.argv = ["assay", *json.loads(sys.argv[1])]
@@ -26,14 +28,18 @@ try:
 except SystemExit:
     pass
 sys.stdout.flush()
-print("\\nLOADED " + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})))
+loaded = [m for m, mod in sys.modules.items() if type(mod).__name__ != "_LazyModule"]  # lazy: not run yet
+print("\\nLOADED " + json.dumps(sorted(m for m in loaded if m.split(".")[0] in {HEAVY!r})))
 """
 
 
-def loaded_by(*args: str) -> list[str]:
-    """The heavy modules a run of ``assay ARGS`` imported."""
+def loaded_by(*args: str, watch: tuple[str, ...] = HEAVY) -> list[str]:
+    """The modules of ``watch`` that a run of ``assay ARGS`` imported (and ran)."""
     probe = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PROBE.replace(repr(HEAVY), repr(watch)), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     line = probe.stdout.rsplit("LOADED ", 1)
     assert len(line) == 2, probe.stderr
@@ -65,6 +71,15 @@ def test_importing_the_cli_pulls_no_heavy_library() -> None:
 )
 def test_everyday_commands_import_no_heavy_library(args: tuple[str, ...]) -> None:
     assert loaded_by(*args) == []
+
+
+@pytest.mark.parametrize("name", ["dyepack", "zoo", "leaderboard", "star", "user", "serve"])
+def test_every_sub_apps_help_needs_no_database_or_numeric_stack(name: str) -> None:
+    assert loaded_by(name, "--help", watch=HELP_FREE) == []
+    for command in {"leaderboard": ["show", "results", "status"], "star": ["status", "agreement"]}.get(
+        name, []
+    ):
+        assert loaded_by(name, command, "--help", watch=HELP_FREE) == [], command
 
 
 def test_the_root_help_lines_are_the_sub_apps_own() -> None:

@@ -19,16 +19,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from assay.config import settings
 from assay.fileio import atomic_path
-from assay.leaderboard import publish, rounds, storage, submissions, views
-from assay.leaderboard.scoring import Metrics, ScoreReport, score_files
-from assay.leaderboard.status import QueueStatus, queue_status
-from assay.leaderboard.views import StandingsOut, SubmissionOut
-from assay.leaderboard.worker import work as work_loop
-from assay.runner import make_executor
-from assay.store import open_store
+from assay.lazy import lazy_module
 from assay.store.enums import RoundStatus, SubmissionStatus
+
+# The pillar, imported when a command first uses it: `assay leaderboard --help` pays for none of it.
+config = lazy_module("assay.config")
+engine = lazy_module("assay.store.engine")
+executors = lazy_module("assay.runner.executors")
+publish = lazy_module("assay.leaderboard.publish")
+rounds = lazy_module("assay.leaderboard.rounds")
+scoring = lazy_module("assay.leaderboard.scoring")
+status_of = lazy_module("assay.leaderboard.status")
+storage = lazy_module("assay.leaderboard.storage")
+submissions = lazy_module("assay.leaderboard.submissions")
+views = lazy_module("assay.leaderboard.views")
+worker_loop = lazy_module("assay.leaderboard.worker")
 
 app = typer.Typer(
     help="Leaderboard: rounds of trojan detection, sandboxed detector runs, NIST-exact scores.\n\n"
@@ -60,7 +66,7 @@ def _cell(value: float | int) -> str:
     return "—" if math.isnan(value) else f"{value:.4f}"
 
 
-def _table(title: str, first: str, rows: dict[str, Metrics]) -> Table:
+def _table(title: str, first: str, rows: dict[str, scoring.Metrics]) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column(first)
     for _, header in COLUMNS:
@@ -70,7 +76,7 @@ def _table(title: str, first: str, rows: dict[str, Metrics]) -> Table:
     return table
 
 
-def _render(report: ScoreReport) -> None:
+def _render(report: scoring.ScoreReport) -> None:
     console.print(f"{report.predicted} of {report.models} models predicted", highlight=False)
     if report.missing:
         console.print(
@@ -103,7 +109,7 @@ def score(
 
     Example: assay leaderboard score --predictions preds.csv --truth round0/splits/test -g dataset
     """
-    report = score_files(predictions, truth, metadata, group_by or None)
+    report = scoring.score_files(predictions, truth, metadata, group_by or None)
     if json_out:
         console.print_json(report.model_dump_json())
     else:
@@ -120,7 +126,7 @@ def _database(
 
 
 def _sessions():  # type: ignore[no-untyped-def]
-    return open_store()
+    return engine.open_store()
 
 
 @app.command()
@@ -130,7 +136,7 @@ def init() -> None:
     Example: assay leaderboard --db sqlite:///lb.db init
     """
     _sessions()
-    console.print(f"database ready: {settings().database_url}", highlight=False)
+    console.print(f"database ready: {config.settings().database_url}", highlight=False)
 
 
 @round_app.command("create")
@@ -257,7 +263,9 @@ def submit(
     Example: assay leaderboard submit detectors/neural_cleanse --team alpha --round r1 --split test
     """
     with _sessions().begin() as session:
-        made = submissions.submit(session, settings().home / "artifacts", team, round_name, split, artifact)
+        made = submissions.submit(
+            session, config.settings().home / "artifacts", team, round_name, split, artifact
+        )
         record = {
             "submission": made.id,
             "status": made.status,
@@ -291,7 +299,7 @@ def gc(
     Example: assay leaderboard gc --dry-run
     """
     with _sessions().begin() as session:
-        report = storage.collect_garbage(session, settings().home / "artifacts", dry_run=dry_run)
+        report = storage.collect_garbage(session, config.settings().home / "artifacts", dry_run=dry_run)
     if json_out:
         console.print_json(json.dumps(asdict(report)))
         return
@@ -316,19 +324,19 @@ def worker(
 
     Example: assay leaderboard worker --once --workers 2
     """
-    runner = make_executor(executor, workers, address)
+    runner = executors.make_executor(executor, workers, address)
 
     def on_job(job_id: int, status: str) -> None:
         console.print(f"job {job_id}: {status}", highlight=False)
 
-    count = work_loop(_sessions(), runner, once=once, on_job=on_job)
+    count = worker_loop.work(_sessions(), runner, once=once, on_job=on_job)
     console.print(f"{count} job(s) run", highlight=False)
 
 
 AS_TEAM_HELP = "Show what members of this team see (default: everything, as the organiser)."
 
 
-def _render_status(state: QueueStatus) -> None:
+def _render_status(state: status_of.QueueStatus) -> None:
     jobs = ", ".join(f"{k} {v}" for k, v in sorted(state.jobs.items())) or "none"
     console.print(
         f"jobs: {jobs}; {state.stale} stale (no heartbeat for {state.stale_after_s:g} s)", highlight=False
@@ -354,14 +362,14 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -
     Example: assay leaderboard status --json
     """
     with _sessions()() as session:
-        state = queue_status(session)
+        state = status_of.queue_status(session)
     if json_out:
         console.print(state.model_dump_json(indent=2), highlight=False, markup=False)
     else:
         _render_status(state)
 
 
-def _render_standings(table: StandingsOut) -> None:
+def _render_standings(table: views.StandingsOut) -> None:
     title = f"{table.round}: {table.split}"
     grid = Table("#", "team", "technique", "CE", "±95%", "AUC", "Brier", "flagged", title=title)
     for r in table.rows:
@@ -433,7 +441,7 @@ def _value(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
-def _render_results(record: SubmissionOut, logs: bool) -> None:
+def _render_results(record: views.SubmissionOut, logs: bool) -> None:
     console.print(
         f"submission {record.id} ({record.team}) on {record.round}/{record.split}: {record.status}",
         highlight=False,

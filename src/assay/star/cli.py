@@ -8,37 +8,31 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from assay.errors import UserError
-from assay.models import load_model
-from assay.models.base import GenerationParams
-from assay.models.choice import supports_choice
-from assay.star.assign import add_instructions, campaign_spec, create_campaign, get_campaign, shortfalls
-from assay.star.design import DesignTable, design_table, draw_design, read_instructions, write_instructions
-from assay.star.exchange import (
-    campaign_tables,
-    export_campaign,
-    import_hh_rlhf,
-    import_lines,
-    read_export,
-    read_table,
-    write_table,
-)
-from assay.star.participants import import_pool
-from assay.star.ratings import read_rating_table
-from assay.star.simulate import Agents
-from assay.star.simulate import simulate as run_simulation
-from assay.star.spec import CampaignSpec, load_spec
-from assay.star.status import campaign_status
-from assay.star.workflow import sweep as star_sweep
-from assay.stats.agreement import bootstrap_alpha_ci, krippendorff_alpha, percent_agreement
-from assay.store import open_store
-from assay.store.models import utcnow
+from assay.lazy import lazy_module
 from assay.terminal import progress_bar
+
+# The pillar, imported when a command first uses it: `assay star --help` pays for none of it.
+np = lazy_module("numpy")
+agreement_module = lazy_module("assay.stats.agreement")
+assign_module = lazy_module("assay.star.assign")
+choice = lazy_module("assay.models.choice")
+design_module = lazy_module("assay.star.design")
+engine = lazy_module("assay.store.engine")
+exchange = lazy_module("assay.star.exchange")
+models = lazy_module("assay.models")
+model_base = lazy_module("assay.models.base")
+participants = lazy_module("assay.star.participants")
+ratings_module = lazy_module("assay.star.ratings")
+simulate_module = lazy_module("assay.star.simulate")
+spec_module = lazy_module("assay.star.spec")
+status_module = lazy_module("assay.star.status")
+store_models = lazy_module("assay.store.models")
+workflow = lazy_module("assay.star.workflow")
 
 app = typer.Typer(
     help="STAR red teaming: parametric instructions that cover a risk surface evenly.\n\n"
@@ -66,10 +60,10 @@ def design(
 
     Example: assay star design examples/star-campaign.yaml --count 120 --seed 1 --out instructions.jsonl
     """
-    spec = load_spec(spec_path)
-    instructions = draw_design(spec, spec.dialogues if count is None else count, seed)
-    table = design_table(spec, instructions)
-    write_instructions(out, instructions)
+    spec = spec_module.load_spec(spec_path)
+    instructions = design_module.draw_design(spec, spec.dialogues if count is None else count, seed)
+    table = design_module.design_table(spec, instructions)
+    design_module.write_instructions(out, instructions)
     if json_out:
         summary = {"spec": str(spec_path), "out": str(out), "seed": seed, **table.model_dump()}
         console.print_json(json.dumps(summary))
@@ -101,7 +95,7 @@ def _grid(title: str, rows: list[str], columns: list[str], cell: dict[tuple[str,
     return table
 
 
-def _print_table(spec: CampaignSpec, table: DesignTable) -> None:
+def _print_table(spec: spec_module.CampaignSpec, table: design_module.DesignTable) -> None:
     """The design as rich tables: per rule, per parameter, rule x parameter, rule x group, attribute pairs."""
     areas = {rule.id: rule.area for rule in spec.rules}
     console.print(_counts("Rules", "rule", {f"{r} ({areas[r]})": n for r, n in table.rules.items()}))
@@ -151,9 +145,9 @@ def init(
 
     Example: assay star init examples/star-campaign.yaml
     """
-    spec = load_spec(spec_path)
-    with open_store().begin() as session:
-        create_campaign(session, spec, seed=seed)
+    spec = spec_module.load_spec(spec_path)
+    with engine.open_store().begin() as session:
+        assign_module.create_campaign(session, spec, seed=seed)
     console.print(f"campaign {spec.name} created", highlight=False)
 
 
@@ -166,8 +160,8 @@ def participants_import(
 
     Example: assay star participants import demo-campaign pool.csv
     """
-    with open_store().begin() as session:
-        summary = import_pool(session, get_campaign(session, campaign), pool)
+    with engine.open_store().begin() as session:
+        summary = participants.import_pool(session, assign_module.get_campaign(session, campaign), pool)
     console.print(f"{summary.added} added, {summary.updated} updated", highlight=False)
 
 
@@ -180,11 +174,11 @@ def assign(
 
     Example: assay star assign demo-campaign --instructions instructions.jsonl
     """
-    rows = read_instructions(instructions)
-    with open_store().begin() as session:
-        found = get_campaign(session, campaign)
-        added = add_instructions(session, found, rows)
-        missing = shortfalls(session, found)
+    rows = design_module.read_instructions(instructions)
+    with engine.open_store().begin() as session:
+        found = assign_module.get_campaign(session, campaign)
+        added = assign_module.add_instructions(session, found, rows)
+        missing = assign_module.shortfalls(session, found)
     console.print(f"{added} red-team tasks opened", highlight=False)
     _print_shortfalls(missing)
 
@@ -209,8 +203,10 @@ def status(
 
     Example: assay star status demo-campaign --json
     """
-    with open_store()() as session:
-        report = campaign_status(session, get_campaign(session, campaign), n_boot=bootstrap)
+    with engine.open_store()() as session:
+        report = status_module.campaign_status(
+            session, assign_module.get_campaign(session, campaign), n_boot=bootstrap
+        )
     if json_out:
         console.print_json(report.model_dump_json())
         return
@@ -235,7 +231,7 @@ def sweep() -> None:
 
     Example: assay star sweep
     """
-    done = star_sweep(open_store(), utcnow())
+    done = workflow.sweep(engine.open_store(), store_models.utcnow())
     console.print(
         f"{done.released} claim(s) released, {done.waiting} task(s) waiting for a match", highlight=False
     )
@@ -264,17 +260,19 @@ def simulate(
 
     Example: assay star simulate examples/star-campaign.yaml -n 4 --target hf:SMOLLM2.gguf
     """
-    spec = load_spec(spec_path)
-    target_model = load_model(target)
-    red = load_model(red_teamer) if red_teamer else target_model
-    judge = load_model(annotator) if annotator else red
+    spec = spec_module.load_spec(spec_path)
+    target_model = models.load_model(target)
+    red = models.load_model(red_teamer) if red_teamer else target_model
+    judge = models.load_model(annotator) if annotator else red
     if ratings not in ("text", "likelihood"):
         raise UserError(f"--ratings must be text or likelihood, got {ratings!r}")
-    if ratings == "likelihood" and not supports_choice(judge):
+    if ratings == "likelihood" and not choice.supports_choice(judge):
         raise UserError(
             f"--ratings likelihood needs an hf: annotator model; {judge.model_id} only returns text"
         )
-    agents = Agents(target_model, red, judge, GenerationParams(max_new_tokens=max_new_tokens), ratings)
+    agents = simulate_module.Agents(
+        target_model, red, judge, model_base.GenerationParams(max_new_tokens=max_new_tokens), ratings
+    )
     progress = progress_bar()
     with progress:
         task = progress.add_task("rehearsing", total=None)
@@ -282,8 +280,8 @@ def simulate(
         def on_phase(kind: str, tasks: int) -> None:
             progress.update(task, description=f"{kind}: {tasks} task(s)")
 
-        summary = run_simulation(
-            open_store(), spec, agents, count, seed, turns, seeds_from, name, on_phase=on_phase
+        summary = simulate_module.simulate(
+            engine.open_store(), spec, agents, count, seed, turns, seeds_from, name, on_phase=on_phase
         )
     if json_out:
         console.print_json(json.dumps(summary.__dict__))
@@ -310,8 +308,10 @@ def export_command(
     """
     if machine not in ("exclude", "include", "only"):
         raise UserError(f"--machine must be exclude, include or only, got {machine!r}")
-    with open_store()() as session:
-        counts = export_campaign(session, get_campaign(session, campaign), out, fmt, machine)  # type: ignore[arg-type]
+    with engine.open_store()() as session:
+        counts = exchange.export_campaign(
+            session, assign_module.get_campaign(session, campaign), out, fmt, machine
+        )  # type: ignore[arg-type]
     console.print(", ".join(f"{n} {k}" for k, n in counts.items()) + f" written to {out}", highlight=False)
 
 
@@ -331,8 +331,12 @@ def import_command(
         raise UserError(f"unknown import format {fmt!r}; supported: hh-rlhf, lines")
     if side not in ("chosen", "rejected"):
         raise UserError(f"--side must be chosen or rejected, got {side!r}")
-    rows = import_hh_rlhf(source, side, limit) if fmt == "hh-rlhf" else import_lines(source, limit=limit)
-    write_table(rows, out, "jsonl")
+    rows = (
+        exchange.import_hh_rlhf(source, side, limit)
+        if fmt == "hh-rlhf"
+        else exchange.import_lines(source, limit=limit)
+    )
+    exchange.write_table(rows, out, "jsonl")
     console.print(f"{len(rows)} dialogues written to {out}", highlight=False)
 
 
@@ -352,11 +356,13 @@ def agreement(
     """
     if level not in ("nominal", "ordinal", "interval", "ratio"):
         raise UserError(f"--level must be nominal, ordinal, interval or ratio, got {level!r}")
-    units, coders, data = read_rating_table(ratings)
+    units, coders, data = ratings_module.read_rating_table(ratings)
     try:
-        alpha = krippendorff_alpha(data, level)  # type: ignore[arg-type]
-        interval = bootstrap_alpha_ci(data, level, n_boot=n_boot, seed=seed) if n_boot else None  # type: ignore[arg-type]
-        agreement_share = percent_agreement(data)
+        alpha = agreement_module.krippendorff_alpha(data, level)  # type: ignore[arg-type]
+        interval = (
+            agreement_module.bootstrap_alpha_ci(data, level, n_boot=n_boot, seed=seed) if n_boot else None
+        )  # type: ignore[arg-type]
+        agreement_share = agreement_module.percent_agreement(data)
     except ValueError as exc:
         raise UserError(f"{ratings}: {exc}") from None
     pairable = int(((~np.isnan(data)).sum(axis=0) >= 2).sum())
@@ -387,21 +393,21 @@ def agreement(
 
 def _report_inputs(
     campaign: str | None, export: Path | None, spec_path: Path | None, machine: str
-) -> tuple[CampaignSpec, dict]:
+) -> tuple[spec_module.CampaignSpec, dict]:
     """The spec and export tables, from the database (CAMPAIGN) or an export folder (--export)."""
     import pandas as pd
 
     if (campaign is None) == (export is None):
         raise UserError("give either a CAMPAIGN name (from the database) or --export FOLDER, not both")
-    given = load_spec(spec_path) if spec_path else None
+    given = spec_module.load_spec(spec_path) if spec_path else None
     if export is not None:
-        return read_export(export, given)
+        return exchange.read_export(export, given)
     if machine not in ("exclude", "include", "only"):
         raise UserError(f"--machine must be exclude, include or only, got {machine!r}")
-    with open_store()() as session:
-        found = get_campaign(session, campaign)
-        tables = campaign_tables(session, found, machine)  # type: ignore[arg-type]
-        spec = given or campaign_spec(found)
+    with engine.open_store()() as session:
+        found = assign_module.get_campaign(session, campaign)
+        tables = exchange.campaign_tables(session, found, machine)  # type: ignore[arg-type]
+        spec = given or assign_module.campaign_spec(found)
     return spec, {name: pd.DataFrame(rows) for name, rows in tables.items()}
 
 
@@ -436,7 +442,7 @@ def report(
     from assay.star.analysis.report import build_report, theme_options, write_report
 
     spec, frames = _report_inputs(campaign, export, spec_path, machine)
-    others = [read_table(path) for path in compare]
+    others = [exchange.read_table(path) for path in compare]
     themes = theme_options(
         embedder_name, cache, n_clusters=clusters, n_neighbors=neighbours, per_source=per_source, seed=seed
     )

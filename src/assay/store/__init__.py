@@ -1,46 +1,46 @@
-"""assay.store: the SQLAlchemy tables and the one engine and session factory (SQLite, or PostgreSQL)."""
+"""assay.store: the SQLAlchemy tables and the one engine and session factory (SQLite, or PostgreSQL).
 
-from assay.store.engine import make_engine, open_store, upgrade
-from assay.store.models import Base, Job, MetricResult, ModelResult, Round, Split, Submission, Team
-from assay.store.star_models import (
-    StarAnnotation,
-    StarCampaign,
-    StarDialogue,
-    StarInstruction,
-    StarParticipant,
-    StarTask,
-    StarTurn,
-)
-from assay.store.web_models import (
-    WebApiToken,
-    WebInvitation,
-    WebSession,
-    WebUser,
-    WebUserParticipant,
-)
+The names below load on first use (PEP 562): ``from assay.store.enums import Role`` (a face's help text, a
+light command) does not pull SQLAlchemy and every table in with it. Any one of them loads the engine and all
+the tables together, so the metadata is always complete.
+"""
 
-__all__ = [
-    "Base",
-    "Job",
-    "MetricResult",
-    "ModelResult",
-    "Round",
-    "Split",
-    "StarAnnotation",
-    "StarCampaign",
-    "StarDialogue",
-    "StarInstruction",
-    "StarParticipant",
-    "StarTask",
-    "StarTurn",
-    "Submission",
-    "Team",
-    "WebApiToken",
-    "WebInvitation",
-    "WebSession",
-    "WebUser",
-    "WebUserParticipant",
-    "make_engine",
-    "open_store",
-    "upgrade",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {
+    "make_engine": "engine",
+    "open_store": "engine",
+    "upgrade": "engine",
+    "Base": "models",
+    "Job": "models",
+    "MetricResult": "models",
+    "ModelResult": "models",
+    "Round": "models",
+    "Split": "models",
+    "Submission": "models",
+    "Team": "models",
+    "StarAnnotation": "star_models",
+    "StarCampaign": "star_models",
+    "StarDialogue": "star_models",
+    "StarInstruction": "star_models",
+    "StarParticipant": "star_models",
+    "StarTask": "star_models",
+    "StarTurn": "star_models",
+    "WebApiToken": "web_models",
+    "WebInvitation": "web_models",
+    "WebSession": "web_models",
+    "WebUser": "web_models",
+    "WebUserParticipant": "web_models",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'assay.store' has no attribute {name!r}")
+    for module in ("engine", *importlib.import_module("assay.store.engine").TABLE_MODULES):
+        importlib.import_module(f"assay.store.{module}")
+    return getattr(importlib.import_module(f"assay.store.{_HOME[name]}"), name)

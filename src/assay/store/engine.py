@@ -22,6 +22,7 @@ from assay.config import settings
 from assay.errors import UserError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+TABLE_MODULES = ("models", "star_models", "web_models", "star_web_models", "dyepack_models")
 MIGRATION_LOCK_KEY = 0x61737361  # "assa": the PostgreSQL advisory lock that serialises migrations
 
 
@@ -30,7 +31,8 @@ def make_engine(url: str | None = None) -> Engine:
     url = url or settings().database_url
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        # As many connections as the web server has threads (40), so no request waits on the pool.
+        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     # No cap on connections: a web server's thread pool (40 in FastAPI) must never wait on a 15-connection
@@ -88,7 +90,14 @@ def _file_lock(engine: Engine) -> Iterator[None]:
 
 
 def open_store(url: str | None = None) -> sessionmaker[Session]:
-    """Engine + migrations + a session factory; a database that cannot be opened is a one-line error."""
+    """Engine + migrations + a session factory; a database that cannot be opened is a one-line error.
+
+    Every table module is imported first, so each mapped class can find the others its relationships name,
+    whichever of them the caller imported."""
+    import importlib
+
+    for tables in TABLE_MODULES:
+        importlib.import_module(f"assay.store.{tables}")
     engine = make_engine(url)
     try:
         upgrade(engine)

@@ -17,11 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from assay.config import settings
 from assay.errors import UserError
-from assay.store.engine import open_store
-from assay.web import accounts
-from assay.web.audit import record
+from assay.store.enums import Role
 
 app = typer.Typer(
     help="Web accounts: add, list, disable or enable users, set passwords, issue API tokens.\n\n"
@@ -68,6 +65,7 @@ def serve(
     """
     import uvicorn
 
+    from assay.config import settings
     from assay.web.app import SECURE_COOKIES_ENV, create_app
 
     url = db or settings().database_url
@@ -109,6 +107,8 @@ def _demo_round(folder: Path) -> Path:
 def _seed_demo(sessions: Any, target: str | None) -> None:
     """Seed (once) and print who can sign in with what."""
     from assay.assets import asset_path
+    from assay.config import settings
+    from assay.web import accounts
     from assay.web.demo import demo_roles, seed_demo
 
     home = settings().home / "demo"
@@ -155,9 +155,7 @@ def read_password(password_file: Path | None) -> str:
 @app.command("add")
 def add(
     username: str = typer.Argument(..., help="3-64 characters of a-z, 0-9, '_', '.', '-'."),
-    role: list[str] = typer.Option(
-        ..., "--role", "-r", help=f"Role (repeatable): {', '.join(accounts.ROLES)}."
-    ),
+    role: list[str] = typer.Option(..., "--role", "-r", help=f"Role (repeatable): {', '.join(Role)}."),
     team: str | None = typer.Option(None, "--team", help="Leaderboard team, for team members."),
     display_name: str = typer.Option("", "--display-name", help="Name shown on pages."),
     password_file: Path | None = typer.Option(None, "--password-file", help="File whose first line is it."),
@@ -167,6 +165,9 @@ def add(
 
     Example: ASSAY_PASSWORD=... assay user add alice --role organiser
     """
+    from assay.store.engine import open_store  # here, not at import: `assay user --help` stays light
+    from assay.web import accounts
+
     password = read_password(password_file)
     with open_store(db).begin() as session:
         created = accounts.create_user(
@@ -186,7 +187,9 @@ def list_users(
 
     Example: assay user list --json --limit 50 --offset 50
     """
+    from assay.store.engine import open_store  # here, not at import: `assay user --help` stays light
     from assay.store.paging import Window
+    from assay.web import accounts
 
     with open_store(db).begin() as session:
         users, total = accounts.list_users(session, Window(limit, offset))
@@ -223,12 +226,17 @@ def token(
 
     Example: assay user token alice --name ci
     """
+    from assay.store.engine import open_store  # here, not at import: `assay user --help` stays light
+    from assay.web import accounts
+
     with open_store(db).begin() as session:
         raw = accounts.create_api_token(session, _existing(session, username), name)
     typer.echo(raw)
 
 
 def _existing(session: Any, username: str) -> Any:
+    from assay.web import accounts
+
     found = accounts.get_user(session, username)
     if found is None:
         raise UserError(f"no web user '{username}': see `assay user list`")
@@ -246,6 +254,10 @@ def password(
 
     Example: ASSAY_PASSWORD=... assay user password alice
     """
+    from assay.store.engine import open_store  # here, not at import: `assay user --help` stays light
+    from assay.web import accounts
+    from assay.web.audit import record
+
     new = read_password(password_file)
     with open_store(db).begin() as session:
         found = _existing(session, username)
@@ -276,6 +288,9 @@ def enable(username: Who, db: DbUrl = None) -> None:
 
 def _set_disabled(username: str, db: str | None, disabled: bool) -> None:
     """Disable or enable an account from the shell; enabling also lifts a lockout."""
+    from assay.store.engine import open_store  # here, not at import: `assay user --help` stays light
+    from assay.web import accounts
+
     with open_store(db).begin() as session:
         found = _existing(session, username)
         accounts.set_disabled(session, None, found, disabled)

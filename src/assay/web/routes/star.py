@@ -72,6 +72,14 @@ pages = APIRouter(prefix="/star", include_in_schema=False)
 api = APIRouter(prefix="/api/v1/star", tags=["star"])
 
 
+def _released(session: Session, user: WebUser) -> workflow.Worker:
+    """``_worker``, then the request's transaction ends, so its connection goes back to the pool before the
+    claim opens its own: a request never holds two connections, and a full pool cannot deadlock on itself."""
+    worker = _worker(session, user)
+    session.commit()
+    return worker
+
+
 def _worker(session: Session, user: WebUser) -> workflow.Worker:
     """The account as the workflow sees it: the pool entries it acts as, the STAR roles it holds."""
     people = frozenset(p.id for p in participants_of(session, user))
@@ -116,7 +124,7 @@ def claim(
     kind: Annotated[TaskKind, Form()],
 ) -> Response:
     """Claim the next task of a kind (or go back to the one of that kind already held)."""
-    done = workflow.claim(request.app.state.sessions, _worker(session, user), participant_id, kind)
+    done = workflow.claim(request.app.state.sessions, _released(session, user), participant_id, kind)
     return redirect(f"/star/tasks/{done.task_id}" if done.task_id else f"/star/queue?msg=none&kind={kind}")
 
 
@@ -536,7 +544,9 @@ def api_my_tasks(session: DbSession, user: WorkerUser) -> MyTasksOut:
     responses={**FORBIDDEN, 404: {"description": "You do not act as that participant"}},
 )
 def api_claim(request: Request, session: DbSession, user: WorkerUser, body: ClaimIn) -> ClaimOut:
-    done = workflow.claim(request.app.state.sessions, _worker(session, user), body.participant_id, body.kind)
+    done = workflow.claim(
+        request.app.state.sessions, _released(session, user), body.participant_id, body.kind
+    )
     if done.task_id is None:
         return ClaimOut(task=None, new=False, message=NOTICES["none"].format(kind=KIND_LABEL[body.kind]))
     message = "claimed" if done.new else "you already hold a task of this kind: finish it first"
