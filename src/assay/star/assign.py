@@ -310,6 +310,10 @@ def _person_condition() -> ColumnElement[bool]:
 def _claim_statement(kind: str) -> Any:
     """``UPDATE star_tasks SET claimed WHERE id = (oldest eligible) AND still eligible RETURNING id``.
 
+    On PostgreSQL the candidate is picked ``FOR UPDATE SKIP LOCKED``: claimers running at once take
+    different tasks instead of all waiting on the same row and then finding it gone (which read as "no task
+    left" while the queue was full). SQLite has one writer at a time and ignores the clause.
+
     Built once per kind, with the claimer's values as bound parameters (``_claim_params``): building it is
     far slower than running it.
     """
@@ -318,6 +322,7 @@ def _claim_statement(kind: str) -> Any:
         .where(*_task_conditions(_CANDIDATE, kind))
         .order_by(_CANDIDATE.id)
         .limit(1)
+        .with_for_update(skip_locked=True)  # PostgreSQL: concurrent claimers pick different rows
         .scalar_subquery()
     )
     return (

@@ -86,23 +86,27 @@ def optional_user(request: Request, session: DbSession) -> WebUser | None:
         if user is None:
             raise HTTPException(401, "invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"})
         request.state.user, request.state.auth = user, "bearer"
-        _commit_bookkeeping(session)
+        _release(session)
         return user
     found = accounts.session_user(session, request.cookies.get(SESSION_COOKIE))
+    _release(session)
     if found is None:
         return None
     user, web_session = found
     request.state.user, request.state.auth = user, "session"
     request.state.csrf_token = web_session.csrf_token
-    _commit_bookkeeping(session)
     return user
 
 
-def _commit_bookkeeping(session: Session) -> None:
-    """Commit a last-used/last-seen update at once, so a read-only request never holds SQLite's write lock
-    while it waits for a thread (under load that stalled every writer until the 30 s lock timeout)."""
-    if session.dirty or session.deleted:
-        session.commit()
+def _release(session: Session) -> None:
+    """End the sign-in lookup's transaction: commit its bookkeeping (a last-used/last-seen time, an expired
+    session deleted) and hand the connection back before the request waits for its route's thread.
+
+    A request then never holds a connection, or SQLite's write lock, while it waits for a thread. Before,
+    under load, every thread could wait for a connection held by a request that was waiting for a thread:
+    a 30 s pool timeout and a 500 on PostgreSQL, a 30 s lock timeout on SQLite.
+    """
+    session.commit()
 
 
 OptionalUser = Annotated[WebUser | None, Depends(optional_user)]
