@@ -7,9 +7,12 @@ standard library's ``importlib.util.LazyLoader`` recipe; a module already import
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 
 def lazy_module(name: str) -> ModuleType:
@@ -25,3 +28,20 @@ def lazy_module(name: str) -> ModuleType:
     sys.modules[name] = module
     loader.exec_module(module)
     return module
+
+
+def lazy_attributes(
+    package: str, home: dict[str, str], load_first: Callable[[], object] | None = None
+) -> Any:
+    """A package's module ``__getattr__`` (PEP 562) for re-exported names loaded on first use: ``home`` maps
+    each name to the submodule that defines it; ``load_first`` runs before any of them (the store loads all
+    its tables, so the metadata is complete whichever name is asked for)."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in home:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if load_first is not None:
+            load_first()
+        return getattr(importlib.import_module(f"{package}.{home[name]}"), name)
+
+    return __getattr__

@@ -14,8 +14,7 @@ not import scipy.stats, krippendorff or statsmodels.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from assay.lazy import lazy_attributes
 
 _HOME = {
     "AlphaInterval": "agreement",
@@ -52,9 +51,4 @@ _HOME = {
     "poisson_binomial_sf": "tails",
 }
 __all__ = sorted(_HOME)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'assay.stats' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"assay.stats.{_HOME[name]}"), name)
+__getattr__ = lazy_attributes(__name__, _HOME)

@@ -8,7 +8,8 @@ the tables together, so the metadata is always complete.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+from assay.lazy import lazy_attributes
 
 _HOME = {
     "make_engine": "engine",
@@ -38,9 +39,10 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'assay.store' has no attribute {name!r}")
+def _load_tables() -> None:
+    """The engine and every table module, so the metadata is complete whichever name is asked for."""
     for module in ("engine", *importlib.import_module("assay.store.engine").TABLE_MODULES):
         importlib.import_module(f"assay.store.{module}")
-    return getattr(importlib.import_module(f"assay.store.{_HOME[name]}"), name)
+
+
+__getattr__ = lazy_attributes(__name__, _HOME, _load_tables)
