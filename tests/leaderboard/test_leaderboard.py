@@ -41,10 +41,10 @@ def fake_detector(folder: Path, body: str, technique: str = "fake") -> Path:
     (folder / "entrypoint.py").write_text(
         "import argparse, hashlib, os, sys, time\n"
         "p = argparse.ArgumentParser()\n"
-        "p.add_argument('mode')\n"
+        "p.add_argument('mode', nargs='?')  # NIST's harness leaves the word out\n"
         "for name in ('model_filepath', 'result_filepath', 'scratch_dirpath', 'examples_dirpath',\n"
         "             'round_training_dataset_dirpath', 'metaparameters_filepath', 'schema_filepath',\n"
-        "             'learned_parameters_dirpath'):\n"
+        "             'learned_parameters_dirpath', 'source_dataset_dirpath'):\n"
         "    p.add_argument('--' + name)\n"
         "args = p.parse_args()\n"
         f"# {technique}\n" + body + "\n"

@@ -14,9 +14,9 @@ from assay.zoo.train import (
     evaluate_accuracy,
     evaluate_asr,
     predict,
-    save_model,
     train_model,
 )
+from assay.zoo.portable import save_model
 
 EPOCHS = 10
 

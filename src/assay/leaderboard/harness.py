@@ -18,6 +18,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ TIMEOUT_FLAG = ":Timeout:"
 MEMORY_FLAG = ":Memory:"
 SEALED_SPLITS = ("test", "holdout")  # their ground truth is the organiser's: never run them unisolated
 DEFAULT_VALUE = 0.5
+# What a detector is given of each model (what the sequestered view holds), under the same names.
+MODEL_FILES = ("model.pt", "model.safetensors", "reduced-config.json", "clean-example-data")
 LOG_LIMIT = 64 * 1024
 
 
@@ -56,31 +59,80 @@ def parse_result(result: TaskResult) -> tuple[float, str, str | None]:
     return value, "", text
 
 
+@dataclass(frozen=True)
+class Convention:
+    """How a round calls its detectors (NIST's by default): the ``infer`` word or not, source data."""
+
+    infer_word: bool = False
+    source_dataset: Path | None = None
+
+
+def detector_arguments(
+    model: str,
+    result: str,
+    scratch: str,
+    own: str,
+    training: str | None,
+    source: str | None,
+    infer_word: bool,
+) -> list[str]:
+    """The TrojAI ``infer`` arguments in NIST's order, for a folder detector or a container alike.
+
+    ``model`` is the folder holding ``model.pt``, ``config.json`` and ``clean-example-data``, as NIST's
+    harness lays each model out; ``own`` the folder of the detector's metaparameters, schema and learned
+    parameters; ``training`` and ``source`` the round's training split and source data, where it has them.
+    """
+    argv = ["infer"] if infer_word else []
+    argv += ["--model_filepath", f"{model}/model.pt", "--result_filepath", result]
+    argv += ["--scratch_dirpath", scratch, "--examples_dirpath", f"{model}/clean-example-data"]
+    argv += ["--round_training_dataset_dirpath", training or scratch]
+    argv += ["--metaparameters_filepath", f"{own}/metaparameters.json"]
+    argv += ["--schema_filepath", f"{own}/metaparameters_schema.json"]
+    argv += ["--learned_parameters_dirpath", f"{own}/learned_parameters"]
+    if source is not None:
+        argv += ["--source_dataset_dirpath", source]
+    return argv
+
+
 def detector_task(
-    artifact: Path, model_dir: Path, limits: Limits, training: Path | None = None, **fields: Any
+    artifact: Path,
+    model_dir: Path,
+    limits: Limits,
+    training: Path | None = None,
+    convention: Convention = Convention(),
+    **fields: Any,
 ) -> Task:
-    """The sandboxed TrojAI ``infer`` call for one model; ``fields`` go to ``Task`` (deadline, isolation)."""
+    """The sandboxed TrojAI ``infer`` call for one model; ``fields`` go to ``Task`` (deadline, isolation).
+
+    The detector runs in this interpreter, so ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` gives a bare
+    ``torch.load(model_filepath)`` the default NIST's containers have (torch < 2.6: whole modules load).
+    """
     argv = [
         sys.executable,
         "{input}/detector/entrypoint.py",
-        "infer",
-        *("--model_filepath", "{input}/model.pt", "--result_filepath", "{output}/result.txt"),
-        *("--scratch_dirpath", "{scratch}", "--examples_dirpath", "{input}/clean-example-data"),
-        *("--round_training_dataset_dirpath", "{input}/round-training-dataset" if training else "{scratch}"),
-        *("--metaparameters_filepath", "{input}/detector/metaparameters.json"),
-        *("--schema_filepath", "{input}/detector/metaparameters_schema.json"),
-        *("--learned_parameters_dirpath", "{input}/detector/learned_parameters"),
+        *detector_arguments(
+            "{input}",
+            "{output}/result.txt",
+            "{scratch}",
+            "{input}/detector",
+            "{input}/round-training-dataset" if training else None,
+            "{input}/source-dataset" if convention.source_dataset else None,
+            convention.infer_word,
+        ),
     ]
     stage = {
         "detector": artifact,
-        "model.pt": model_dir / "model.pt",
-        "reduced-config.json": model_dir / "reduced-config.json",
-        "config.json": model_dir / "reduced-config.json",  # where NIST's harness puts it beside the model
-        "clean-example-data": model_dir / "clean-example-data",
+        **{name: model_dir / name for name in MODEL_FILES if (model_dir / name).exists()},
+        "config.json": model_dir / "reduced-config.json",  # NIST's harness copies it beside the model
     }
     if training is not None:
         stage["round-training-dataset"] = training
-    env = {"ASSAY_MODEL_NAME": model_dir.name}  # TrojAI paths name the model; staged paths do not
+    if convention.source_dataset is not None:
+        stage["source-dataset"] = convention.source_dataset
+    env = {
+        "ASSAY_MODEL_NAME": model_dir.name,  # TrojAI paths name the model; staged paths do not
+        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
+    }
     return Task(key=model_dir.name, argv=argv, stage=stage, limits=limits, env=env, **fields)
 
 
@@ -106,6 +158,9 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
             "done": {r.model_name for r in job.results},
             "split": split.name,
             "training": training if (training / "models").is_dir() else None,
+            "convention": Convention(
+                round_.infer_word, Path(round_.source_dataset) if round_.source_dataset else None
+            ),
             "limits": limits,
             "deadline": as_utc(job.started_at or utcnow()).timestamp() + round_.total_timeout_s,
             "total_timeout_s": round_.total_timeout_s,
@@ -176,7 +231,12 @@ def run_models(
     fields = {"deadline": context["deadline"], "require_isolation": _sealing(context, sessions, job_id)}
     tasks = [
         detector_task(
-            context["artifact"], context["models_path"] / m, context["limits"], context["training"], **fields
+            context["artifact"],
+            context["models_path"] / m,
+            context["limits"],
+            context["training"],
+            context["convention"],
+            **fields,
         )
         for m in todo
     ]

@@ -22,6 +22,8 @@ from assay.store.models import Round, Split, Team, utcnow
 # Which splits show detector output (stdout/stderr) to the team: only those whose ground truth they have.
 SHOW_LOGS = {"train": True, "smoke": True, "test": False, "holdout": False}
 SMOKE_MODELS = 4
+# Metrics a round may rank by (computed for every job by assay.leaderboard.scoring); the first is the default.
+RANKING_METRICS = ("cross_entropy", "roc_auc", "brier", "ece", "tpr_at_5_fpr")
 TRANSITIONS = {
     RoundStatus.DRAFT: (RoundStatus.OPEN,),
     RoundStatus.OPEN: (RoundStatus.CLOSED,),
@@ -97,6 +99,14 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     unknown = [key for key in settings if key not in Round.__table__.columns]
     if unknown:
         raise UserError(f"unknown round setting {unknown[0]!r}")
+    metric = settings.get("metric", "cross_entropy")
+    if metric not in RANKING_METRICS:
+        raise UserError(f"--metric: {metric!r} is not one of {', '.join(RANKING_METRICS)}")
+    if settings.get("source_dataset") is not None:
+        source = Path(str(settings["source_dataset"])).resolve()
+        if not source.is_dir():
+            raise UserError(f"--source-dataset: {source} is not a folder")
+        settings["source_dataset"] = str(source)
     round_ = Round(
         name=name, dataset=str(dataset), status=RoundStatus.DRAFT, splits=_splits_of(dataset), **settings
     )

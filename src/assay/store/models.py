@@ -22,6 +22,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    true,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -92,6 +93,11 @@ class Round(Base):
     scratch_bytes: Mapped[int] = mapped_column(BigInteger, default=2**30, server_default=str(2**30))
     max_processes: Mapped[int] = mapped_column(Integer, default=256, server_default="256")
     allow_unisolated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # the TrojAI calling convention (assay.leaderboard.harness): NIST calls detectors without the `infer`
+    # word; rounds made before this setting keep it (server default). A source data folder, where the round
+    # has one, is passed as --source_dataset_dirpath.
+    infer_word: Mapped[bool] = mapped_column(Boolean, default=False, server_default=true())
+    source_dataset: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     opened_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

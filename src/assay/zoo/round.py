@@ -5,7 +5,8 @@ Each model's factors are drawn deterministically from ``(config.seed, index)`` (
 one model, retrying with new training seeds until it reaches the floors, and writes the TrojAI layout::
 
     models/id-00000000/
-        model.pt                 the whole torch module
+        model.pt                 the whole torch module, loadable without assay (``assay.zoo.portable``)
+        model.safetensors        its weights alone, for detectors that load no pickle
         config.json              every factor, the attempts, clean_accuracy, attack_success_rate
         reduced-config.json      what a detector may know: architecture, width, input shape, num_classes
         ground_truth.csv         1 if poisoned, else 0
@@ -37,6 +38,7 @@ from assay.errors import UserError
 from assay.fileio import atomic_path, write_text_atomic
 from assay.zoo.config import RoundConfig
 from assay.zoo.datasets import ImageData, load_dataset, subset
+from assay.zoo.portable import WEIGHTS_FILE, save_model, save_weights
 from assay.zoo.train import PoisonPlan, TrainOutcome, train_model
 from assay.zoo.triggers import AnyTrigger, apply_trigger, sample_trigger, trigger_preview
 
@@ -212,7 +214,8 @@ def _write_model_dir(
     folder: Path, factors: ModelFactors, data: ImageData, outcome: TrainOutcome, attempts: int
 ) -> None:
     folder.mkdir()
-    torch.save(outcome.model, folder / "model.pt")
+    save_model(outcome.model, folder / "model.pt")
+    save_weights(outcome.model, folder / WEIGHTS_FILE)
     config = {
         **factors.model_dump(mode="json"),
         "num_poisoned": outcome.num_poisoned,

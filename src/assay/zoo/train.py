@@ -4,8 +4,7 @@ A ``PoisonPlan`` says how: a trigger function (from ``assay.zoo.triggers``, or a
 images (N, H, W) to triggered images), an all-to-one target class, the share of eligible training images to
 poison, and optionally a source class (only its images are poisoned and attacked).
 
-Training is deterministic for a given seed on CPU. ``save_model`` writes the whole module with ``torch.save``,
-as TrojAI's ``model.pt`` files are; ``assay.trojai.load_model`` reads them back.
+Training is deterministic for a given seed on CPU. ``assay.zoo.portable`` writes the model files.
 """
 
 from __future__ import annotations
@@ -13,13 +12,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from assay.fileio import atomic_path
 from assay.zoo.architectures import build_model
 from assay.zoo.datasets import ImageData
 
@@ -190,11 +187,3 @@ def train_model(
         num_poisoned=n_poison,
         num_cover=n_cover,
     )
-
-
-def save_model(model: nn.Module, path: str | Path) -> Path:
-    """Write the whole module with ``torch.save`` (TrojAI's ``model.pt`` format), atomically."""
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        torch.save(model, tmp)
-    return path
