@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet --upgrade pip
 	# torch first, from the CPU wheel on this machine's disk; otherwise pip pulls a multi-GB CUDA build.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -e '.[dev,trojai]'
 	$(PIP) install --quiet --no-deps $(ASSETS)
 	touch $(STAMP)
 

@@ -236,6 +236,11 @@ def test_constant_detector_cli_infer_configure_and_bad_metaparameters(
     (learned / "prior.json").write_text(json.dumps({"probability": 0.3, "training_models": 10}))
     done = _infer(model, tmp_path / "r2.txt", tmp_path, meta, learned)
     assert done.returncode == 0 and float((tmp_path / "r2.txt").read_text()) == 0.3
+    # NIST's harness calls containers without the mode word, and may add --source_dataset_dirpath
+    infer = _infer(model, tmp_path / "r4.txt", tmp_path, meta, learned).args[2:]
+    legacy = _run(*infer[1:], "--source_dataset_dirpath", str(tmp_path))
+    assert legacy.returncode == 0, legacy.stderr
+    assert float((tmp_path / "r4.txt").read_text()) == 0.3
 
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "probability": 2}))
     bad = _infer(model, tmp_path / "r3.txt", tmp_path, meta, learned)

@@ -9,10 +9,12 @@ A detector is a program run as::
         --schema_filepath J --learned_parameters_dirpath L --configure_models_dirpath D
 
 ``infer`` writes one probability that the model is trojaned to ``R``; ``configure`` learns parameters from a
-training round ``D`` into ``L``. ``detector_main`` does the parsing, checks the metaparameters against their
-JSON schema, writes the result atomically and turns bad input (a corrupted model file, a broken example
-folder) into one line on stderr and exit code 2, with no result file. The leaderboard uses ``check_schema``
-and ``check_metaparameters`` to validate submissions; the programs in ``detectors/`` use all of it.
+training round ``D`` into ``L``. As in NIST's example entrypoint, a command line without a mode word is
+``infer`` (NIST's harness calls containers that way), and ``--source_dataset_dirpath`` may follow.
+``detector_main`` does the parsing, checks the metaparameters against their JSON schema, writes the result
+atomically and turns bad input (a corrupted model file, a broken example folder) into one line on stderr and
+exit code 2, with no result file. The leaderboard uses ``check_schema`` and ``check_metaparameters`` to
+validate submissions; the programs in ``detectors/`` use all of it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from assay.errors import UserError, input_error
 from assay.fileio import write_text_atomic
 
 REQUIRED_METAPARAMETERS = ("technique", "technique_description")
+MODES = ("infer", "configure")
 Metaparameters = dict[str, Any]
 # NIST's schema header (trojai-example, trojai-test-harness): technique fields at the schema's root.
 NIST_TECHNIQUE_TYPES = (
@@ -65,6 +68,7 @@ class InferArgs:
     metaparameters_filepath: Path
     schema_filepath: Path
     learned_parameters_dirpath: Path
+    source_dataset_dirpath: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -233,18 +237,91 @@ def load_model(path: str | Path) -> Any:
     return model.eval()
 
 
-def read_examples(examples_dirpath: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read ``labels.csv`` (columns ``file``, ``label``) and its grayscale PNGs.
+EXAMPLE_SUFFIXES = (".jpg", ".jpeg", ".png")  # NIST's image rounds: N.jpg (or N.png) beside N.json
 
-    Returns float32 images (N, H, W) in [0, 1] and int64 labels; a missing or broken file is a
-    ``UserError`` naming the file and line.
+
+def _grayscale(path: Path) -> np.ndarray:
+    """An image file as (H, W) float32 in [0, 1]: PIL's ITU-R 601-2 luma, so RGB examples (NIST's) and
+    grayscale ones (ours) reach detectors alike, and an RGB copy of a gray image reads back as that image.
+    Raises OSError (PIL's UnidentifiedImageError is one) for a file that is no readable image."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return np.asarray(image.convert("L"), dtype=np.float32) / 255.0
+
+
+def _example_order(path: Path) -> tuple[bool, int, str]:
+    """Numeric stems in number order (2.jpg before 10.jpg), then any others by name."""
+    stem = path.stem
+    return (not stem.isdigit(), int(stem) if stem.isdigit() else 0, path.name)
+
+
+def json_label(path: Path) -> int:
+    """The class in an example's JSON label file: NIST writes a bare integer (``71``); an object with an
+    integer ``label`` is taken too. A missing or bad file is a one-line ``UserError`` naming file and
+    value."""
+    if not path.is_file():
+        raise UserError(f"{path}: not found; in NIST's layout each image N.jpg has its label in N.json")
+    value = read_json(path, "example label")
+    if isinstance(value, dict):
+        value = value.get("label")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise input_error(path, 1, "label", value, "is not a class number (a non-negative integer)")
+    return value
+
+
+def example_files(examples_dirpath: str | Path) -> list[tuple[Path, int]]:
+    """NIST's layout of an examples folder: each image (jpg or png) with its class in a same-stem .json.
+
+    Returns (image path, label) pairs in number order; [] when the folder holds no such image.
     """
-    from PIL import Image, UnidentifiedImageError
+    folder = Path(examples_dirpath)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.suffix.lower() in EXAMPLE_SUFFIXES and p.is_file()]
+    return [(p, json_label(p.with_suffix(".json"))) for p in sorted(found, key=_example_order)]
 
+
+def _same_shape(images: list[np.ndarray], pixels: np.ndarray) -> str | None:
+    """Why ``pixels`` cannot join ``images`` (a different shape), or None."""
+    if images and pixels.shape != images[0].shape:
+        return f"is {pixels.shape}, unlike the first image {images[0].shape}"
+    return None
+
+
+def _read_nist_examples(pairs: list[tuple[Path, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """NIST's image + JSON pairs as grayscale arrays; errors name the image file."""
+    images = []
+    for path, _ in pairs:
+        try:
+            pixels = _grayscale(path)
+        except OSError:
+            raise UserError(f"{path}: not a readable image") from None
+        problem = _same_shape(images, pixels)
+        if problem:
+            raise UserError(f"{path}: the image {problem}")
+        images.append(pixels)
+    return np.stack(images), np.asarray([label for _, label in pairs], dtype=np.int64)
+
+
+def read_examples(examples_dirpath: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read an examples folder: ours (``labels.csv`` with columns ``file``, ``label``, grayscale PNGs) or
+    NIST's (``N.jpg`` or ``N.png`` with its class in ``N.json``, usually RGB).
+
+    Returns float32 grayscale images (N, H, W) in [0, 1] (RGB converted to luma, see ``_grayscale``) and
+    int64 labels, so detectors read both layouts alike; a missing or broken file is a ``UserError`` naming the
+    file and line. ``labels.csv`` wins when a folder has both.
+    """
     folder = Path(examples_dirpath)
     table = folder / "labels.csv"
     if not table.is_file():
-        raise UserError(f"{table}: not found; an examples folder holds labels.csv and its images")
+        pairs = example_files(folder)
+        if pairs:
+            return _read_nist_examples(pairs)
+        raise UserError(
+            f"{table}: not found; an examples folder holds labels.csv and its images, or NIST's N.jpg "
+            "(or N.png) with its label in N.json"
+        )
     images, labels = [], []
     with table.open(newline="", encoding="utf-8") as handle:
         for line, row in enumerate(csv.DictReader(handle), start=2):
@@ -252,14 +329,12 @@ def read_examples(examples_dirpath: str | Path) -> tuple[np.ndarray, np.ndarray]
                 label = int(row.get("label") or "")
             except ValueError:
                 raise input_error(table, line, "label", row.get("label"), "is not an integer") from None
-            image_path = folder / (row.get("file") or "")
             try:
-                with Image.open(image_path) as image:
-                    pixels = np.asarray(image.convert("L"), dtype=np.float32) / 255.0
-            except (OSError, UnidentifiedImageError):
+                pixels = _grayscale(folder / (row.get("file") or ""))
+            except OSError:
                 raise input_error(table, line, "file", row.get("file"), "names no readable image") from None
-            if images and pixels.shape != images[0].shape:
-                problem = f"is {pixels.shape}, unlike the first image {images[0].shape}"
+            problem = _same_shape(images, pixels)
+            if problem:
                 raise input_error(table, line, "file", row.get("file"), problem)
             images.append(pixels)
             labels.append(label)
@@ -308,6 +383,7 @@ def _parser() -> argparse.ArgumentParser:
     infer = modes.add_parser("infer", help="Write P(trojaned) for one model.")
     _paths(infer, "model_filepath", "result_filepath", "scratch_dirpath", "examples_dirpath", *shared)
     infer.add_argument("--round_training_dataset_dirpath", type=Path, default=None)
+    infer.add_argument("--source_dataset_dirpath", type=Path, default=None)
     configure = modes.add_parser("configure", help="Learn parameters from a training round.")
     _paths(configure, "scratch_dirpath", *shared, "configure_models_dirpath")
     configure.add_argument("--automatic_configuration", action="store_true")
@@ -322,6 +398,9 @@ def _paths(parser: argparse.ArgumentParser, *names: str) -> None:
 
 def detector_main(infer: InferFn, configure: ConfigureFn, argv: Sequence[str] | None = None) -> int:
     """Run a detector's command line; returns the exit code (0 done, 2 bad input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in MODES and argv[0] not in ("-h", "--help"):
+        argv.insert(0, "infer")  # NIST's legacy form: no mode word means infer
     args = vars(_parser().parse_args(argv))
     mode = args.pop("mode")
     try:

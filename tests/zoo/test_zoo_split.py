@@ -58,6 +58,7 @@ def test_sequestered_view_holds_only_what_a_detector_may_see(small_round: Path) 
             assert sorted(p.name for p in model.iterdir()) == [
                 "clean-example-data",
                 "model.pt",
+                "model.safetensors",
                 "reduced-config.json",
             ]
             original = small_round / "models" / model.name

@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from assay.fileio import atomic_path
 from assay.lazy import lazy_module
@@ -72,7 +73,8 @@ def _table(title: str, first: str, rows: dict[str, scoring.Metrics]) -> Table:
     for _, header in COLUMNS:
         table.add_column(header, justify="right")
     for label, metrics in rows.items():
-        table.add_row(label or "(empty)", *(_cell(metrics[key]) for key, _ in COLUMNS))
+        # Text, not markup: a group value, or a cross's "[a=x][b=y]", would otherwise read as rich tags.
+        table.add_row(Text(label or "(empty)"), *(_cell(metrics[key]) for key, _ in COLUMNS))
     return table
 
 
@@ -99,7 +101,11 @@ def score(
         None, "--metadata", "-m", help="METADATA.csv for per-factor scores (default: TRUTH/METADATA.csv)."
     ),
     group_by: list[str] | None = typer.Option(
-        None, "--group-by", "-g", help="METADATA column to group by; repeat for more (default: factors)."
+        None,
+        "--group-by",
+        "-g",
+        help="METADATA column to group by, or a cross product 'a*b' (one group per combination, as NIST's "
+        "harness); repeat for more (default: factors).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (NaN as null)."),
 ) -> None:
@@ -108,6 +114,7 @@ def score(
     Models without a prediction score as 0.5 and are flagged ':Missing Results:', as on NIST's leaderboard.
 
     Example: assay leaderboard score --predictions preds.csv --truth round0/splits/test -g dataset
+    -g 'architecture*trigger_kind'
     """
     report = scoring.score_files(predictions, truth, metadata, group_by or None)
     if json_out:
@@ -165,6 +172,22 @@ def round_create(
         "--allow-unisolated",
         help="Run test/holdout jobs even where no bubblewrap isolation is available; logged on every job.",
     ),
+    infer_word: bool = typer.Option(
+        False,
+        "--infer-word/--no-infer-word",
+        help="Call detectors as 'entrypoint.py infer --model_filepath ...'; NIST calls them without it.",
+    ),
+    source_dataset: Path | None = typer.Option(
+        None,
+        "--source-dataset",
+        help="A folder of source data shown read-only to detectors as --source_dataset_dirpath.",
+    ),
+    metric: str = typer.Option(
+        "cross_entropy",
+        "--metric",
+        help="Ranking metric: cross_entropy (the log score, lower is better), roc_auc (NIST's current "
+        "harness, higher is better), brier, ece or tpr_at_5_fpr.",
+    ),
 ) -> None:
     """Register a draft round over a split round folder.
 
@@ -185,6 +208,9 @@ def round_create(
             scratch_bytes=round(scratch_gb * 2**30),
             max_processes=max_processes,
             allow_unisolated=allow_unisolated,
+            infer_word=infer_word,
+            source_dataset=source_dataset,
+            metric=metric,
         )
         splits = ", ".join(f"{s.name} ({len(rounds.split_models(s))})" for s in created.splits)
     console.print(f"round {name} created (draft); splits: {splits}", highlight=False)

@@ -1,10 +1,10 @@
 """Standings, progress over time, and the exports: CSV, JSON and a self-contained static HTML page.
 
-A row is one finished job (a submission run on a split). Standings rank by the round's metric (lower cross
-entropy is better; ties broken by earlier submission); "best per team" keeps each team's best row. Holdout
-standings exist only once the round is closed. The plateau indicator follows NIST's "average CE over time"
-summary: the round has plateaued when the best score improved by less than ``plateau_delta`` over the last
-``plateau_days``.
+A row is one finished job (a submission run on a split). Standings rank by the round's metric in its own
+direction (``LOWER_IS_BETTER``: lower cross entropy, higher ROC-AUC; ties broken by earlier submission);
+"best per team" keeps each team's best row. Holdout standings exist only once the round is closed. The
+plateau indicator follows NIST's "average CE over time" summary: the round has plateaued when the best score
+improved (in the metric's direction) by less than ``plateau_delta`` over the last ``plateau_days``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,24 @@ from assay.store.enums import JobStatus, RoundStatus
 from assay.store.models import Job, Round, Submission
 
 HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
-LOWER_IS_BETTER = {"cross_entropy": True, "brier": True, "ece": True, "roc_auc": False, "tpr_at_5_fpr": False}
+LOWER_IS_BETTER = {
+    "cross_entropy": True,
+    "ce_ci_95": True,
+    "brier": True,
+    "ece": True,
+    "roc_auc": False,
+    "tpr_at_5_fpr": False,
+}
+
+
+def lower_is_better(metric: str) -> bool:
+    """Which way ``metric`` ranks: the one answer standings, progress, the plateau and every page use."""
+    return LOWER_IS_BETTER.get(metric, True)
+
+
+def direction(metric: str) -> str:
+    """``metric`` in words, for pages: "lower is better" or "higher is better"."""
+    return "lower is better" if lower_is_better(metric) else "higher is better"
 
 
 class Standing(BaseModel):
@@ -43,7 +60,7 @@ class Standing(BaseModel):
 
 
 def _metric_key(metric: str):  # type: ignore[no-untyped-def]
-    sign = 1.0 if LOWER_IS_BETTER.get(metric, True) else -1.0
+    sign = 1.0 if lower_is_better(metric) else -1.0
 
     def key(row: Standing) -> tuple[float, datetime]:
         value = row.metrics.get(metric)
@@ -100,7 +117,7 @@ def progress(session: Session, round_name: str, now: datetime | None = None) -> 
     """Running best of the round's metric on the test split, as NIST's summary plots it."""
     round_ = get_round(session, round_name)
     rows = sorted(standings(session, round_name, "test", best_per_team=False), key=lambda r: r.submitted_at)
-    lower = LOWER_IS_BETTER.get(round_.metric, True)
+    lower = lower_is_better(round_.metric)
     better = min if lower else max
     overall: list[tuple[datetime, float]] = []
     teams: dict[str, list[tuple[datetime, float]]] = {}
@@ -207,9 +224,10 @@ def to_html(session: Session, round_name: str) -> str:
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}"
     )
     title = html.escape(f"assay leaderboard: {round_.name}")
+    ranked = html.escape(f"{round_.metric} ({direction(round_.metric)})")
     return (
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
         f"<style>{style}</style></head><body><h1>{title}</h1>"
-        f"<p>Status: {html.escape(round_.status)}. Ranked by {html.escape(round_.metric)} (lower is better); "
+        f"<p>Status: {html.escape(round_.status)}. Ranked by {ranked}; "
         f"{len(trend.overall)} scored test submissions; {plateau}.</p>{''.join(sections)}</body></html>\n"
     )

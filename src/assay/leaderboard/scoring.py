@@ -2,16 +2,18 @@
 
 Inputs are the leaderboard's: a predictions CSV (model id, P(trojaned)), a truth CSV (model id, 0/1) or a
 round folder with ``models/*/ground_truth.csv``, and optionally the round's ``METADATA.csv`` to break the
-scores down by factor. A model with no prediction gets 0.5 and the report carries NIST's ``:Missing
-Results:`` flag, so a detector cannot gain by skipping the models it finds hard. Every bad value in a file is
-a ``UserError`` naming file, line, field and value. The arithmetic lives in ``assay.stats.detection``.
+scores down by factor, or by a cross product of factors as NIST's harness does (``"a*b"``: one group per
+combination of values that occurs, keyed ``[a=x][b=y]`` as NIST's ``build_model_lists`` keys them). A model
+with no prediction gets 0.5 and the report carries NIST's ``:Missing Results:`` flag, so a detector cannot
+gain by skipping the models it finds hard. Every bad value in a file is a ``UserError`` naming file, line,
+field and value. The arithmetic lives in ``assay.stats.detection``.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -29,8 +31,10 @@ ID_COLUMN = "model_name"
 # Columns that are the answer or name each model, never a factor to group by.
 NOT_FACTORS = frozenset({"model_name", "poisoned", "ground_truth", "trojaned", "label", "target"})
 MAX_GROUPS = 20
+CROSS = "*"  # "a*b": the cross product of columns a and b
 
 Metrics = dict[str, float | int]
+GroupSpec = str | Sequence[str]  # a column, "a*b", or the columns of a cross product
 
 
 class ScoreReport(BaseModel):
@@ -158,10 +162,29 @@ def _check_rows(metadata: dict[str, dict[str, str]], models: list[str], source: 
         raise UserError(f"{source}: no row for {len(lacking)} scored model(s), first {lacking[0]!r}")
 
 
-def _check_columns(metadata: dict[str, dict[str, str]], group_by: list[str], source: str) -> None:
+def group_columns(spec: GroupSpec) -> tuple[str, ...]:
+    """The columns of a group spec: ``"a"`` -> (a,), ``"a*b"`` or ``["a", "b"]`` -> (a, b)."""
+    parts = [spec] if isinstance(spec, str) else list(spec)
+    columns = tuple(c.strip() for part in parts for c in part.split(CROSS))
+    if not columns or "" in columns:
+        raise UserError(f"--group-by: {CROSS.join(parts)!r} has an empty column name (expected 'a' or 'a*b')")
+    repeated = next((c for c in columns if columns.count(c) > 1), None)
+    if repeated is not None:
+        raise UserError(f"--group-by: {CROSS.join(parts)!r} names column {repeated!r} twice")
+    return columns
+
+
+def group_key(row: dict[str, str], columns: tuple[str, ...]) -> str:
+    """A model's group: its value for one column; ``[a=x][b=y]`` for a cross (NIST's key, unambiguous)."""
+    if len(columns) == 1:
+        return row[columns[0]]
+    return "".join(f"[{column}={row[column]}]" for column in columns)
+
+
+def _check_columns(metadata: dict[str, dict[str, str]], group_by: list[tuple[str, ...]], source: str) -> None:
     """A factor to group by must be a column of the metadata."""
     columns = next(iter(metadata.values())).keys()
-    for column in group_by:
+    for column in (c for cross in group_by for c in cross):
         if column not in columns:
             raise UserError(f"{source}: no column {column!r} to group by (columns: {', '.join(columns)})")
 
@@ -170,14 +193,15 @@ def score(
     predictions: dict[str, float],
     truth: dict[str, int],
     metadata: dict[str, dict[str, str]] | None = None,
-    group_by: list[str] | None = None,
+    group_by: Sequence[GroupSpec] | None = None,
     metadata_source: str = "metadata",
 ) -> ScoreReport:
     """Score predictions against the truth, overall and per factor of the metadata.
 
     Missing models score as 0.5 (flagged); a prediction for a model not in the truth is an error, since it
-    most likely means the wrong round or split. ``group_by`` None picks ``default_factors``;
-    ``metadata_source`` names the metadata in error messages.
+    most likely means the wrong round or split. ``group_by`` None picks ``default_factors``; each entry is a
+    column or a cross product (``"a*b"`` or ``["a", "b"]``), reported under ``"a*b"`` with one group per
+    combination that occurs (``group_key``). ``metadata_source`` names the metadata in error messages.
     """
     unknown = sorted(set(predictions) - set(truth))
     if unknown:
@@ -194,10 +218,15 @@ def score(
     groups: dict[str, dict[str, Metrics]] = {}
     if metadata is not None:
         _check_rows(metadata, models, metadata_source)
-        factors = list(group_by) if group_by is not None else default_factors(metadata, models)
-        _check_columns(metadata, factors, metadata_source)
-        for column in factors:
-            groups[column] = grouped_metrics(y, p, [metadata[name][column] for name in models])
+        specs = group_by if group_by is not None else default_factors(metadata, models)
+        specs = [specs] if isinstance(specs, str) else specs  # one spec given bare: "a*b", not "a", "*", "b"
+        crosses = [group_columns(spec) for spec in specs]
+        _check_columns(metadata, crosses, metadata_source)
+        for columns in crosses:
+            factors.append(CROSS.join(columns))
+            groups[factors[-1]] = grouped_metrics(
+                y, p, [group_key(metadata[name], columns) for name in models]
+            )
     elif group_by:
         raise UserError("--group-by needs metadata: pass --metadata or a round folder as --truth")
     return ScoreReport(
@@ -215,7 +244,7 @@ def score_files(
     predictions_path: str | Path,
     truth_path: str | Path,
     metadata_path: str | Path | None = None,
-    group_by: list[str] | None = None,
+    group_by: Sequence[GroupSpec] | None = None,
 ) -> ScoreReport:
     """Read the files and score; with a round folder as truth, its METADATA.csv is used when present."""
     truth_path = Path(truth_path)

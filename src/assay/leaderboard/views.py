@@ -173,6 +173,7 @@ class RoundOut(BaseModel):
     name: str
     status: str
     metric: str
+    lower_is_better: bool  # the metric's ranking direction (publish.lower_is_better), for pages to state
     submission_window_s: int
     opened_at: datetime | None
     closed_at: datetime | None
@@ -297,6 +298,7 @@ def round_out(round_: Round) -> RoundOut:
         name=round_.name,
         status=round_.status,
         metric=round_.metric,
+        lower_is_better=publish.lower_is_better(round_.metric),
         submission_window_s=round_.submission_window_s,
         opened_at=as_utc(round_.opened_at),
         closed_at=as_utc(round_.closed_at),

@@ -59,7 +59,10 @@ def generate(
 
 @app.command()
 def split(
-    round_dir: Path = typer.Argument(..., help="Round folder made by 'assay zoo generate'."),
+    round_dir: Path = typer.Argument(
+        ...,
+        help="Round folder with METADATA.csv (a poisoned column) and models/, e.g. from 'import-nist'.",
+    ),
     train: float = typer.Option(0.5, "--train", help="Share of models for training (performers get all)."),
     test: float = typer.Option(0.3, "--test", help="Share for the test split (sequestered)."),
     holdout: float = typer.Option(0.2, "--holdout", help="Share for the holdout split (sequestered)."),
@@ -81,3 +84,77 @@ def split(
     for name, count in summary.counts.items():
         console.print(f"{name}: {count} models ({summary.poisoned[name]} poisoned)", highlight=False)
     console.print(f"written to {summary.out_dir}", highlight=False)
+
+
+@app.command("import-nist")
+def import_nist(
+    round_dir: Path = typer.Argument(
+        ...,
+        help="NIST round: METADATA.csv and models/id-*/ (or train-dataset/, test-dataset/ and "
+        "holdout-dataset/ folders).",
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="Output: a split folder, or a round to split."),
+    assignment: Path | None = typer.Option(
+        None,
+        "--assignment",
+        "-a",
+        help="Train/test/holdout per model: CSV model_name,data_split or JSON (model -> split, or "
+        "split.json). Default: a data_split/split column of METADATA.csv, or NIST's per-split folders.",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Import a round laid out as NIST publishes it (jpg + json examples, METADATA.csv, ground_truth.csv).
+
+    With a train/test/holdout assignment OUT is what 'assay zoo split' writes, ready for
+    'assay leaderboard round create --dataset OUT'; without one OUT is a round for 'assay zoo split OUT'.
+
+    Example: assay zoo import-nist round11-train-dataset/ --out r11/ && assay zoo split r11/
+    """
+    from assay.zoo.nist import import_round
+
+    summary = import_round(round_dir, out, assignment)
+    if json_out:
+        console.print_json(summary.model_dump_json())
+        return
+    console.print(f"{summary.models} models ({summary.poisoned} poisoned) imported", highlight=False)
+    if summary.unlisted:
+        console.print(
+            f"{len(summary.unlisted)} model folder(s) not in METADATA.csv left out, "
+            f"first {summary.unlisted[0]}",
+            highlight=False,
+        )
+    if summary.split:
+        counts = ", ".join(f"{name} {count}" for name, count in summary.counts.items())
+        console.print(f"split from {summary.assignment_from}: {counts}", highlight=False)
+        console.print(
+            f"written to {out}; next: assay leaderboard round create NAME --dataset {out}", highlight=False
+        )
+    else:
+        console.print(f"written to {out}; no split given, next: assay zoo split {out}", highlight=False)
+
+
+@app.command("export-nist")
+def export_nist(
+    source: Path = typer.Argument(..., help="A round (METADATA.csv) or an 'assay zoo split' folder."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder in NIST's layout."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Write a round in NIST's layout: models/id-*/ with RGB .jpg + .json examples, NIST-named METADATA.csv.
+
+    model.pt (and model.safetensors) are copied as they are; a split folder becomes one round whose
+    METADATA.csv has NIST's data_split column, so 'import-nist' gives the same split back.
+
+    Example: assay zoo export-nist r1/splits --out r1-nist/
+    """
+    from assay.zoo.nist import export_round
+
+    summary = export_round(source, out)
+    if json_out:
+        console.print_json(summary.model_dump_json())
+        return
+    splits = ", ".join(f"{name} {count}" for name, count in summary.splits.items())
+    console.print(
+        f"{summary.models} models ({summary.poisoned} poisoned; {splits}), {summary.examples} example "
+        f"images written to {summary.out_dir}",
+        highlight=False,
+    )

@@ -12,7 +12,9 @@ import logging
 import os
 import pickle
 
+import jsonpickle
 import numpy as np
+import skimage.io
 from sklearn.linear_model import LogisticRegression
 
 from utils.abstract import AbstractDetector
@@ -56,14 +58,15 @@ class Detector(AbstractDetector):
         model, model_repr, model_class = load_model(model_filepath)
         with open(os.path.join(os.path.dirname(model_filepath), "config.json")) as fp:
             config = json.load(fp)
-        examples = sorted(os.listdir(examples_dirpath))
+        examples = sorted(name for name in os.listdir(examples_dirpath) if name.endswith((".png", ".jpg")))
+        first = skimage.io.imread(os.path.join(examples_dirpath, examples[0]))
         if os.path.exists(self.model_filepath):
             with open(self.model_filepath, "rb") as fp:
                 classifier = pickle.load(fp)
         else:
             classifier = self._fit(os.path.join(round_training_dataset_dirpath, "models"))
         probability = float(classifier.predict_proba(features(model_repr)[None])[0, 1])
-        logging.info("%s (%s, %d classes, %d example files): %s", model_class, config["architecture"],
-                     config["num_classes"], len(examples), probability)
+        logging.info("%s (%s, %d classes, %d examples of %s): %s", model_class, config["architecture"],
+                     config["num_classes"], len(examples), first.shape, jsonpickle.encode(probability))
         with open(result_filepath, "w") as fp:
             fp.write(str(probability))
