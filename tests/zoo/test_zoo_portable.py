@@ -39,7 +39,8 @@ OUTSIDER = textwrap.dedent(
     from safetensors.torch import load_file
     report = {}
     for folder in sys.argv[1:]:
-        model = torch.load(folder + "/model.pt", weights_only=False) if %(explicit)r else torch.load(folder + "/model.pt")
+        path = folder + "/model.pt"
+        model = torch.load(path, weights_only=False) if %(explicit)r else torch.load(path)
         probe = torch.load(folder + "/probe.pt")
         with torch.no_grad():
             same = torch.equal(model(probe["x"]), probe["y"])
@@ -61,7 +62,7 @@ def _write(tmp_path, family: str, shape: tuple[int, int]):
     torch.manual_seed(7)
     model = build_model(family, 8, shape, 10).eval()
     with torch.no_grad():  # move BatchNorm statistics off their defaults, so the buffers are checked too
-        for name, buffer in model.named_buffers():
+        for buffer in model.buffers():
             if buffer.is_floating_point():
                 buffer.uniform_(0.5, 1.5)
     folder = tmp_path / f"{family}-{shape[0]}"
@@ -94,9 +95,7 @@ def _outsider(folders, explicit: bool, env: dict[str, str] | None = None) -> dic
 @pytest.mark.slow
 def test_every_architecture_loads_without_assay(tmp_path):
     written = {
-        family: _write(tmp_path, family, shape)[1]
-        for family in ARCHITECTURES
-        for shape in SHAPES.values()
+        family: _write(tmp_path, family, shape)[1] for family in ARCHITECTURES for shape in SHAPES.values()
     }
     report = _outsider(written.values(), explicit=True)
     classes = {"cnn_small": "CnnSmall", "resnet_tiny": "ResNetTiny", "mlp": "Mlp"}
@@ -118,19 +117,22 @@ def test_bare_torch_load_works_with_nists_default(tmp_path):
     assert report[str(folder)]["same_output"]
 
 
-def test_portable_file_loads_through_assay_too(tmp_path):
-    model, folder = _write(tmp_path, "cnn_small", (8, 8))
+@pytest.mark.parametrize("family", sorted(ARCHITECTURES))
+def test_portable_file_loads_through_assay_too(tmp_path, family):
+    _, folder = _write(tmp_path, family, (8, 8))
     loaded = load_model(folder / "model.pt")
     probe = torch.load(folder / "probe.pt")
     with torch.no_grad():
         assert torch.equal(loaded(probe["x"]), probe["y"])
-    # channel-first input, as a detector may pass it, works like (N, H, W)
+    # channel-first input, and an RGB copy of the gray image (NIST-style detectors feed RGB examples), give
+    # the same answer as (N, H, W)
     with torch.no_grad():
         assert torch.equal(loaded(probe["x"][:, None]), probe["y"])
+        assert torch.allclose(loaded(probe["x"][:, None].expand(-1, 3, -1, -1)), probe["y"], atol=1e-6)
 
 
 def test_weights_only_form_rebuilds_the_model(tmp_path):
-    model, folder = _write(tmp_path, "resnet_tiny", (28, 28))
+    _, folder = _write(tmp_path, "resnet_tiny", (28, 28))
     rebuilt = load_weights(folder)
     probe = torch.load(folder / "probe.pt")
     with torch.no_grad():

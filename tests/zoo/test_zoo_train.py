@@ -9,6 +9,7 @@ import torch
 from assay.trojai import load_model
 from assay.zoo.architectures import ARCHITECTURES, build_model
 from assay.zoo.datasets import load_dataset, subset
+from assay.zoo.portable import save_model
 from assay.zoo.train import (
     PoisonPlan,
     evaluate_accuracy,
@@ -16,7 +17,6 @@ from assay.zoo.train import (
     predict,
     train_model,
 )
-from assay.zoo.portable import save_model
 
 EPOCHS = 10
 

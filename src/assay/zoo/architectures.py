@@ -3,7 +3,8 @@
 Each family trains in seconds on two CPU cores, takes a ``width`` (channels of the first conv layer, or
 hidden units / 8 for the MLP; bounded to ``WIDTH_RANGE``) and works on any input size from 8x8 up
 (adaptive pooling).
-Inputs are (N, H, W) or (N, 1, H, W) float tensors; outputs are (N, num_classes) logits.
+Inputs are (N, H, W), (N, 1, H, W) or RGB (N, 3, H, W) float tensors (channels averaged); outputs are
+(N, num_classes) logits.
 """
 
 from __future__ import annotations
@@ -16,12 +17,21 @@ from torch import nn
 WIDTH_RANGE = (4, 64)
 
 
+def gray(x: torch.Tensor) -> torch.Tensor:
+    """(N, H, W), (N, 1, H, W) or RGB (N, 3, H, W) input as (N, 1, H, W): channels averaged.
+
+    NIST-style detectors feed RGB examples (``N.jpg``, what ``assay zoo export-nist`` writes); the mean of an
+    RGB copy of a gray image is that image, and a one-channel input passes unchanged. A reshape and a mean
+    rather than a branch on ``x.dim()``, so torch.fx can trace it (``assay.zoo.portable``).
+    """
+    return x.reshape(x.shape[0], -1, x.shape[-2], x.shape[-1]).mean(dim=1, keepdim=True)
+
+
 class _Channels(nn.Module):
-    """Add the channel axis to (N, H, W) input; leave (N, 1, H, W) alone."""
+    """``gray`` as a layer: the first of the convolutional families."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # a reshape rather than a branch on x.dim(), so torch.fx can trace it (assay.zoo.portable)
-        return x.reshape(x.shape[0], 1, x.shape[-2], x.shape[-1])
+        return gray(x)
 
 
 class CnnSmall(nn.Module):
@@ -94,7 +104,7 @@ class Mlp(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        return self.net(gray(x))
 
 
 ARCHITECTURES: dict[str, Callable[[int, tuple[int, int], int], nn.Module]] = {
