@@ -75,7 +75,7 @@ def test_unmodified_nist_style_detector_scores_on_a_zoo_round(nist_board, small_
     assert status == "done", log
     test_models = sorted(p.name for p in (small_round / "splits" / "test-sequestered" / "models").iterdir())
     assert sorted(name for name, *_ in results) == test_models
-    for name, value, flags, exit_code, stderr in results:
+    for _, value, flags, exit_code, stderr in results:
         assert flags == "" and exit_code == 0, stderr[-1500:]
         assert 0.0 <= value <= 1.0
         # the detector fitted on every model of the round's training split, read through the staged path
