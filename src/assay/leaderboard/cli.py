@@ -278,7 +278,9 @@ def team_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")
 
 @app.command()
 def submit(
-    artifact: Path = typer.Argument(..., help="Detector folder or .tar.gz/.zip archive."),
+    artifact: Path = typer.Argument(
+        ..., help="Detector folder or .tar.gz/.zip; or an image: podman/docker save .tar, podman:REF, .sif."
+    ),
     team: str = typer.Option(..., "--team", help="Team name."),
     round_name: str = typer.Option(..., "--round", help="Round name."),
     split: str = typer.Option("test", "--split", help="train, smoke or test."),

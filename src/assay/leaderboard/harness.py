@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.leaderboard.rounds import split_models
 from assay.leaderboard.scoring import read_metadata, read_truth, score
+from assay.leaderboard.submissions import stored_image
 from assay.runner import Executor, Limits, Task, TaskResult, isolation_available
 from assay.store.models import Job, MetricResult, ModelResult, as_utc, utcnow
 
@@ -229,6 +230,7 @@ def run_models(
     todo = [m for m in context["models"] if m not in context["done"]]
     random.Random(job_id).shuffle(todo)
     fields = {"deadline": context["deadline"], "require_isolation": _sealing(context, sessions, job_id)}
+    fields["image"] = stored_image(context["artifact"])  # a container submission runs in its own image
     tasks = [
         detector_task(
             context["artifact"],

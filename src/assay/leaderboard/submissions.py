@@ -9,6 +9,14 @@ ran on a split again gets ``duplicate`` (not run twice); the same bytes from ano
 for that team, with ``duplicate_of_id`` set so the organiser (only) sees the match. A submission holds
 regular files and folders only: links are refused, ``__pycache__`` and ``__MACOSX`` dropped.
 
+A container image is a submission too, as NIST takes them: an image archive (``podman save`` or ``docker
+save``: a docker-archive or oci-archive ``.tar``), ``podman:REF`` (an image of this host's podman storage,
+exported to such an archive on submission), or a ``.sif`` where apptainer or singularity is installed (else
+refused in one line). It is stored as sent, ``ARTIFACTS/<sha256>/image.tar`` (or ``image.sif``), its digest
+over that one file. An archive must hold one image with an entrypoint or command, unpack within the size
+limit, and carry ``/metaparameters.json`` and ``/metaparameters_schema.json`` at its root, where NIST's
+harness reads them; both are read out of its layers and checked as a folder's are.
+
 Rejected submissions are recorded with their reasons and do not use up the team's window. Only the test
 split has a window (``Round.submission_window_s``); train and smoke runs are for the team's own checks.
 The team's storage quota is checked before unpacking (declared sizes) and after (exact); older practice
@@ -34,6 +42,8 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError
 from assay.leaderboard import storage
 from assay.leaderboard.rounds import get_round, get_split, get_team
+from assay.runner.container import PODMAN_PREFIX, read_sif_file, save_local, sif_engine
+from assay.runner.images import archive_format, read_archive
 from assay.store.enums import JobStatus, RoundStatus, SubmissionStatus
 from assay.store.models import Job, Round, Split, Submission, Team, utcnow
 from assay.trojai import check_metaparameters, check_schema, read_json, technique_of
@@ -45,6 +55,9 @@ COUNTED = (SubmissionStatus.QUEUED, SubmissionStatus.RUNNING, SubmissionStatus.D
 WINDOWED_SPLITS = ("test",)
 SUBMITTABLE_SPLITS = ("train", "test", "smoke")
 CONTAINER_SUFFIXES = (".sif", ".simg")
+IMAGE_ARCHIVE = "image.tar"  # a stored container artifact: the archive as submitted
+SIF_IMAGE = "image.sif"
+IMAGE_FILES = ("metaparameters.json", "metaparameters_schema.json")  # at the image's root, as NIST has them
 JUNK = frozenset({"__pycache__", "__MACOSX"})  # folders dropped on unpacking
 
 
@@ -150,6 +163,36 @@ def _extract_tar(artifact: Path, dest: Path, check: Callable[[int], None]) -> No
             raise UserError(f"{artifact}: unsafe archive member ({exc})") from None
 
 
+def _take_image(artifact: Path, dest: Path, check: Callable[[int], None], name: str) -> Path:
+    """Keep a container image as sent (``dest/image.tar`` or ``dest/image.sif``) once it is known to be one
+    image with something to run, within the size limit and ``check``; ``validate`` reads its layers."""
+    if name == SIF_IMAGE:
+        try:
+            sif_engine()
+        except UserError as exc:
+            raise UserError(f"{artifact}: {exc}") from None
+    size = artifact.stat().st_size
+    _check_sizes([size], artifact)
+    check(size)
+    if name == IMAGE_ARCHIVE and not read_archive(artifact).command:
+        raise UserError(
+            f"{artifact}: the image has neither an ENTRYPOINT nor a CMD; NIST runs its entrypoint"
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(artifact, dest / name)
+    return dest
+
+
+def stored_image(artifact: Path) -> str | None:
+    """The container image of a stored artifact (for ``assay.runner``'s ``Task.image``), None for a folder."""
+    if (artifact / "entrypoint.py").exists():
+        return None
+    for name in (IMAGE_ARCHIVE, SIF_IMAGE):
+        if (artifact / name).is_file():
+            return str(artifact / name)
+    return None
+
+
 def _drop_junk(root: Path) -> None:
     """Remove ``__pycache__`` and ``__MACOSX`` folders: never needed to run, left out of the digest, and
     not to be stored uncounted."""
@@ -164,15 +207,13 @@ def unpack(artifact: Path, dest: Path, check: Callable[[int], None] = _no_check)
     Archives are checked before anything is written: no absolute paths, no ``..``, no links or devices
     (zip link members refused, tar's ``data`` filter), within the size and file-count limits; then
     ``check`` gets the bytes that would be kept and may refuse (the storage quota). A folder holding any
-    link is refused. An archive with one top folder is entered.
+    link is refused. An archive with one top folder is entered. A container image (an image archive or a
+    ``.sif``) is kept whole as ``dest/image.tar`` or ``dest/image.sif``.
     """
     if artifact.suffix in CONTAINER_SUFFIXES:
-        engine = shutil.which("apptainer") or shutil.which("singularity")
-        found = f"{engine} is installed, but" if engine else "no apptainer or singularity here, and"
-        raise UserError(
-            f"{artifact}: a container image; {found} this harness runs detector folders and archives only: "
-            "submit the folder with entrypoint.py (or a .tar.gz of it)"
-        )
+        return _take_image(artifact, dest, check, SIF_IMAGE)
+    if artifact.is_file() and archive_format(artifact) is not None:
+        return _take_image(artifact, dest, check, IMAGE_ARCHIVE)
     if artifact.is_dir():
         _copy_folder(artifact, dest, check)
     elif zipfile.is_zipfile(artifact):
@@ -201,9 +242,45 @@ def digest(root: Path) -> str:
 def validate(root: Path) -> tuple[list[str], str, list[str]]:
     """Every problem with the detector at ``root`` (one line each), its technique name, and warnings (rules
     of ours that NIST's harness does not enforce; written to the job's log)."""
+    image = stored_image(root)
+    if image is not None:
+        return _validate_image(Path(image))
     missing = [name for name in REQUIRED_FILES if not (root / name).is_file()]
     if missing:
         return [f"{name}: missing from the submission" for name in missing], "", []
+    return _check_metaparameters(root)
+
+
+def _image_files(image: Path) -> tuple[dict[str, bytes | None], list[str]]:
+    """The metaparameter files at the root of a stored image, and what is wrong with the image itself."""
+    if image.name == SIF_IMAGE:
+        found = {name: read_sif_file(image, "/" + name) for name in IMAGE_FILES}
+        return {name: data for name, data in found.items() if data is not None}, []
+    try:
+        return read_archive(image, IMAGE_FILES, MAX_ARTIFACT_BYTES).root_files, []
+    except UserError as exc:
+        return {}, [str(exc).replace(f"{image}: ", "")]
+
+
+def _validate_image(image: Path) -> tuple[list[str], str, list[str]]:
+    """``validate`` for a container image: its ``/metaparameters.json`` and schema, checked as a folder's."""
+    files, errors = _image_files(image)
+    for name in IMAGE_FILES:
+        if name not in files:
+            errors.append(f"/{name}: missing from the image (NIST's harness reads it there)")
+        elif files[name] is None:
+            errors.append(f"/{name}: not a regular file of at most 1 MiB in the image")
+    if errors:
+        return errors, "", []
+    with tempfile.TemporaryDirectory(prefix="assay-image-") as folder:
+        for name in IMAGE_FILES:
+            (Path(folder) / name).write_bytes(files[name] or b"")
+        errors, technique, warnings = _check_metaparameters(Path(folder))
+    return ["/" + error for error in errors], technique, warnings  # the files' paths inside the image
+
+
+def _check_metaparameters(root: Path) -> tuple[list[str], str, list[str]]:
+    """The metaparameter checks of ``validate`` on the two files in ``root``."""
     try:
         schema = read_json(root / "metaparameters_schema.json", "metaparameter schema")
         warnings = check_schema(schema, "metaparameters_schema.json")
@@ -323,11 +400,16 @@ def submit(
     """
     now = now or utcnow()
     team, round_, split = _target(session, team_name, round_name, split_name)
+    local = str(artifact).startswith(PODMAN_PREFIX) and not Path(artifact).exists()
     artifact = Path(artifact)
-    if not artifact.exists():
+    if not artifact.exists() and not local:
         raise UserError(f"{artifact}: no such file or folder")
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=artifacts_dir, prefix=".incoming-") as scratch:
+        if local:  # podman:REF: the image as an archive, stored and judged as if it had been sent as one
+            ref = str(artifact).removeprefix(PODMAN_PREFIX)
+            artifact = Path(scratch) / IMAGE_ARCHIVE
+            save_local(ref, artifact, MAX_ARTIFACT_BYTES)
         try:
             root = unpack(artifact, Path(scratch) / "artifact", _quota_check(session, team, round_))
         except Refused as exc:

@@ -166,13 +166,15 @@ def run_limited(
     data_only: bool = False,
     collect_bytes: int = 0,
     join: Callable[[], None] | None = None,
+    on_timeout: Callable[[], None] | None = None,
 ) -> Finished:
     """Run ``argv`` to completion or ``wall_seconds``, then kill its whole process group either way.
 
     ``data_only`` picks RLIMIT_DATA over RLIMIT_AS for the memory limit (see ``_limiter``). With
     ``collect_bytes`` the command inherits the write end of a side pipe and finds its number in the
     ``{collect_fd}`` argument; up to that many bytes of it come back in ``Finished.collected``. ``join``
-    runs in the child before exec (a cgroup to enter).
+    runs in the child before exec (a cgroup to enter). ``on_timeout`` runs when the time is up, after the
+    group kill and before the pipes are drained: what else must die (a container that holds the pipes).
     """
     start = time.monotonic()
     side = _side_pipe(collect_bytes)
@@ -212,6 +214,8 @@ def run_limited(
     # The leader is exited-but-unreaped (or still running): its pid still names the group, so this kills
     # exactly the children it left behind, or everything on timeout.
     _kill_group(proc.pid)
+    if not exited and on_timeout is not None:
+        on_timeout()
     exit_code, peak = _wait_rusage(proc)
     drained = time.monotonic() + _DRAIN_SECONDS
     for pump in pumps:  # a pump still blocked (pipe kept by an escaped process) stays behind as a daemon

@@ -175,8 +175,13 @@ def run_task(task: Task, workdir: Path | None = None, isolation: str | None = No
     """Run ``task`` in a fresh sandbox (bwrap: on an empty root; else a folder under ``workdir``, default
     the temp dir, removed after) and record what happened.
 
-    ``isolation`` forces a level (``bwrap``, ``unshare``, ``none``); None picks the best available.
+    ``isolation`` forces a level (``bwrap``, ``unshare``, ``none``); None picks the best available. A task
+    with an ``image`` runs in its container instead (``assay.runner.container``; ``isolation`` is ignored).
     """
+    if task.image is not None:
+        from assay.runner.container import run_container  # podman and apptainer only for image tasks
+
+        return run_container(task, workdir)
     level = choose(isolation)
     _refuse_unsealed(level, task)
     check_sources(task.stage)

@@ -63,6 +63,11 @@ class Task:
     ``deadline`` (epoch seconds) is a hard end shared by a job's tasks: a task runs until the earlier of it
     and its own ``wall_seconds``, and one that would start after it is not started. ``require_isolation``
     refuses to run it anywhere bwrap is not available.
+
+    ``image`` runs the task in that container image instead (``assay.runner.container``: an image archive
+    from ``podman save``/``docker save``, ``podman:REF``, or a ``.sif``), with the same inputs, limits and
+    result handling: ``argv`` is then a folder detector's, whose interpreter and ``entrypoint.py`` give way
+    to the image's own entrypoint.
     """
 
     key: str
@@ -74,6 +79,7 @@ class Task:
     outputs: list[str] = field(default_factory=lambda: ["result.txt"])
     deadline: float | None = None
     require_isolation: bool = False
+    image: str | None = None
 
     def __post_init__(self) -> None:
         if not self.argv:

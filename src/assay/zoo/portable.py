@@ -59,6 +59,7 @@ def save_weights(model: nn.Module, path: str | Path) -> Path:
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
     with atomic_path(path) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt", "architecture": type(model).__name__})
+        tmp.chmod(0o644)  # safetensors creates its files owner-only; model files are for any detector to read
     return path
 
 

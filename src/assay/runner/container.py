@@ -1,0 +1,538 @@
+"""Run a detector shipped as a container image, as NIST runs TrojAI submissions: the image's own entrypoint.
+
+A ``Task`` whose ``image`` is set runs here instead of in ``sandbox.py``, under the same contract: the same
+staged inputs (read-only, nothing else of the host), the same limits (wall clock and the job's deadline,
+memory, processes and threads, a bounded scratch), no network, and the same ``TaskResult``. What differs is
+what runs: the task's argv is a folder detector's (``python {input}/detector/entrypoint.py ARGS``), so the
+interpreter and script are dropped and ARGS go to the image's own entrypoint (its command when it has no
+entrypoint), as NIST's ``singularity run`` hands them to the ``%runscript``; ``{input}/detector/X``
+becomes ``/X``, where NIST's harness looks for the metaparameters, schema and learned parameters that the
+image carries.
+
+Image specs (``Task.image``):
+
+- ``PATH.tar`` (or ``docker-archive:PATH``, ``oci-archive:PATH``): an image archive from ``podman save``
+  or ``docker save``, loaded once into a private podman storage (``storage_root()``; team-chosen tags never
+  touch the host's own images) and run by its ID, so a job loads it for its first model only.
+- ``podman:REF``: an image already in the host's podman storage (``podman:localhost/detector:1``).
+- ``PATH.sif`` / ``PATH.simg``: a Singularity image, run by apptainer or singularity where either is
+  installed; refused in one line where neither is.
+
+Podman runs with ``runc`` (``crun`` refuses cgroups v1 hybrid hosts). The detector runs as the harness's
+own user, as ``singularity run`` runs an image as its caller and as a folder detector runs (so it reads the
+staged files the harness can, however tightly they are shared), with no capabilities, ``no-new-privileges``,
+a read-only root, ``--network none`` and a pids and memory cgroup of its own. Its scratch and output folders
+are one tmpfs of ``scratch_bytes`` mounted on the host for the task (so the result files can be read back
+after the container is gone); ``/tmp`` and ``/dev/shm`` are tmpfs of the same size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from assay.errors import UserError
+from assay.runner.collect import read_regular
+from assay.runner.images import DOCKER_ARCHIVE, OCI_ARCHIVE, ImageArchive, archive_format, read_archive
+from assay.runner.process import Finished, run_limited
+from assay.runner.sandbox import INSIDE_FOLDERS, _environment, _fill, _memory_killed, _not_started
+from assay.runner.task import Task, TaskResult
+from assay.runner.workspace import OWNER_FILE, _dead, check_sources, default_base, workspace
+
+PODMAN_PREFIX = "podman:"
+ARCHIVE_PREFIXES = (f"{DOCKER_ARCHIVE}:", f"{OCI_ARCHIVE}:")
+SIF_SUFFIXES = (".sif", ".simg")
+RUNTIME = "runc"  # crun fails on cgroups v1 hybrid hosts ("cgroups in hybrid mode not supported")
+DETECTOR_STAGE = "detector"  # the folder detector's own stage entry: an image carries its own files
+_DETECTOR_ARG = "{input}/" + DETECTOR_STAGE + "/"
+_ENTRYPOINT_ARG = _DETECTOR_ARG + "entrypoint.py"
+_PRIVATE = "private"  # the task's tmpfs mount point inside its workspace folder
+# RLIMIT_NPROC counts a user's processes host-wide (root is exempt), so it bounds nothing per task: the pids
+# cgroup does. It must still be set, within what conmon passes on (32768 under podman 4.3), or runc fails.
+_MAX_NPROC = 32768
+_BACKSTOP_S = 10  # conmon kills the container this long after the harness should have, had it died
+_LOAD_TIMEOUT_S = 600
+_MAX_NOFILE = 65536
+_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@functools.lru_cache(maxsize=64)
+def _archive_kind(path: str, size: int, mtime_ns: int) -> str | None:
+    """``archive_format`` once per archive version: a compressed archive is read whole to find its names."""
+    return archive_format(Path(path))
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """A parsed ``Task.image``: ``kind`` is ``archive``, ``local`` or ``sif``; ``source`` a path or name."""
+
+    kind: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image ready to run: what the engine calls it and the command its arguments follow."""
+
+    ref: str
+    command: list[str]
+
+
+def parse_image(spec: str) -> ImageSpec:
+    """Read an image spec (see the module docstring); a ``UserError`` says what form was expected."""
+    if spec.startswith(PODMAN_PREFIX):
+        ref = spec.removeprefix(PODMAN_PREFIX)
+        if not ref or any(char.isspace() for char in ref) or ref.startswith("-"):
+            raise UserError(
+                f"image {spec!r}: name a local image after 'podman:', e.g. podman:localhost/det:1"
+            )
+        return ImageSpec("local", ref)
+    path = next((spec.removeprefix(p) for p in ARCHIVE_PREFIXES if spec.startswith(p)), spec)
+    if path.lower().endswith(SIF_SUFFIXES):
+        return ImageSpec("sif", str(Path(path).resolve()))
+    if not Path(path).is_file():
+        raise UserError(
+            f"image {spec!r}: no such image archive; give a podman/docker save .tar, podman:REF or a .sif"
+        )
+    info = Path(path).stat()
+    if _archive_kind(str(Path(path).resolve()), info.st_size, info.st_mtime_ns) is None:
+        raise UserError(f"image {spec!r}: not a docker-archive or oci-archive (podman save / docker save)")
+    return ImageSpec("archive", str(Path(path).resolve()))
+
+
+# --- engines ------------------------------------------------------------------------------------------------
+
+
+def podman_missing() -> str | None:
+    """Why podman cannot run images here, or None when it can (tests skip with this reason)."""
+    missing = [tool for tool in ("podman", RUNTIME) if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (`make install` installs Debian's podman and runc)"
+    return None
+
+
+def sif_engine() -> str:
+    """The apptainer or singularity program, or a one-line ``UserError`` when neither is installed."""
+    engine = shutil.which("apptainer") or shutil.which("singularity")
+    if engine is None:
+        raise UserError(
+            "a .sif container image needs apptainer or singularity, and neither is installed here: "
+            "submit an OCI image archive instead (podman save / docker save)"
+        )
+    return engine
+
+
+def storage_root() -> Path:
+    """Podman's storage for submitted images (``ASSAY_PODMAN_ROOT``, else beside the runner's task folders).
+
+    Apart from the host's own storage because loading an archive applies the tags inside it: a team's
+    ``docker save`` of ``debian:latest`` must not retag the host's image. Images here are a cache: removed
+    ones are loaded again from their archive when next needed.
+    """
+    return Path(os.environ.get("ASSAY_PODMAN_ROOT") or default_base().parent / "assay-podman")
+
+
+def _podman(spec: ImageSpec) -> list[str]:
+    """The podman command prefix: private storage for archives, the host's own for ``podman:`` images."""
+    argv = ["podman", "--runtime", RUNTIME]
+    if spec.kind == "archive":
+        root = storage_root()
+        argv += ["--root", str(root / "storage"), "--runroot", str(root / "run")]
+    return argv
+
+
+def _client_env() -> dict[str, str]:
+    """What the podman program itself needs from the harness's environment (not the detector's)."""
+    env = {"PATH": os.environ.get("PATH", _DEFAULT_PATH), "LANG": "C.UTF-8"}
+    for name in ("HOME", "TMPDIR", "XDG_RUNTIME_DIR"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _call(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_client_env(),
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _error_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"exit code {done.returncode}"
+
+
+# --- images -------------------------------------------------------------------------------------------------
+
+_loaded: dict[tuple, Image] = {}
+_loading: dict[tuple, threading.Lock] = {}
+_loading_guard = threading.Lock()
+
+
+def _archive_image(spec: ImageSpec) -> Image:
+    """Load the archive into the private storage once (per process, and not at all when the image is there
+    from an earlier job); tasks running at once wait for one load."""
+    path = Path(spec.source)
+    info = path.stat()
+    key = (str(storage_root()), spec.source, info.st_size, info.st_mtime_ns)
+    with _loading_guard:
+        lock = _loading.setdefault(key, threading.Lock())
+    with lock:
+        if key in _loaded:
+            return _loaded[key]
+        archive: ImageArchive = read_archive(path)
+        prefix = _podman(spec)
+        if _call([*prefix, "image", "exists", archive.image_id]).returncode != 0:
+            done = _call([*prefix, "load", "--quiet", "--input", str(path)], _LOAD_TIMEOUT_S)
+            if done.returncode != 0:
+                raise _ImageError(f"podman could not load {path.name}: {_error_line(done)}")
+            if _call([*prefix, "image", "exists", archive.image_id]).returncode != 0:
+                raise _ImageError(f"podman loaded {path.name} but not as image {archive.image_id}")
+        _loaded[key] = image = Image(archive.image_id, archive.command)
+        return image
+
+
+def _local_image(spec: ImageSpec) -> Image:
+    """An image of the host's storage, by its ID at this moment (a tag moved mid-job changes nothing)."""
+    done = _call([*_podman(spec), "image", "inspect", "--format", "json", spec.source])
+    if done.returncode != 0:
+        raise _ImageError(f"no image {spec.source!r} in podman's storage: {_error_line(done)}")
+    try:
+        found = json.loads(done.stdout)[0]
+        config = found.get("Config") or {}
+        command = config.get("Entrypoint") or config.get("Cmd") or []
+        return Image(str(found["Id"]), [str(part) for part in command])
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise _ImageError(f"podman image inspect {spec.source!r} gave no image") from None
+
+
+class _ImageError(Exception):
+    """The image cannot be run (a broken archive, a vanished local image): the detector's failure."""
+
+
+def load_image(spec: ImageSpec) -> Image:
+    """The image of an archive or ``podman:`` spec, ready for ``podman run``; ``_ImageError`` if not."""
+    image = _archive_image(spec) if spec.kind == "archive" else _local_image(spec)
+    if not image.command:
+        raise _ImageError("the image has neither an ENTRYPOINT nor a CMD to run")
+    return image
+
+
+def save_local(ref: str, target: Path, max_bytes: int) -> None:
+    """Export ``podman:REF`` from the host's storage to a docker-archive (how a local image is submitted),
+    refused before exporting when the image is larger than ``max_bytes``."""
+    if reason := podman_missing():
+        raise UserError(f"podman:{ref}: {reason}")
+    done = _call(["podman", "image", "inspect", "--format", "{{.Size}}", ref])
+    if done.returncode != 0:
+        raise UserError(f"podman:{ref}: no such image in podman's storage ({_error_line(done)})")
+    if done.stdout.strip().isdigit() and int(done.stdout) > max_bytes:
+        raise UserError(f"podman:{ref}: the image holds {int(done.stdout)} bytes; the limit is {max_bytes}")
+    done = _call(
+        ["podman", "image", "save", "--quiet", "--format", DOCKER_ARCHIVE, "--output", str(target), ref]
+    )
+    if done.returncode != 0:
+        raise UserError(f"podman:{ref}: cannot export it ({_error_line(done)})")
+
+
+def read_sif_file(image: Path, path: str) -> bytes | None:
+    """A file of a .sif image (its ``/metaparameters.json``, say), read by the engine with no network; None
+    when it cannot be read."""
+    argv = [sif_engine(), "exec", "--containall", "--cleanenv", "--net", "--network", "none"]
+    try:
+        done = subprocess.run([*argv, str(image), "cat", path], capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+# --- what runs inside ---------------------------------------------------------------------------------------
+
+
+def container_arguments(argv: list[str]) -> list[str]:
+    """The arguments for the image's entrypoint: a folder detector's argv without its interpreter and
+    ``{input}/detector/entrypoint.py``, with ``{input}/detector/X`` as ``/X`` (the image's own files)."""
+    if _ENTRYPOINT_ARG in argv:
+        argv = argv[argv.index(_ENTRYPOINT_ARG) + 1 :]
+    return ["/" + arg.removeprefix(_DETECTOR_ARG) if arg.startswith(_DETECTOR_ARG) else arg for arg in argv]
+
+
+def _container_environment(task: Task) -> dict[str, str]:
+    """The detector's variables, built from scratch as for a folder detector, less ``PATH``: the image's
+    own (and its ``PYTHONPATH`` and the like) stay, since the image was built around them."""
+    env = _environment(task, INSIDE_FOLDERS)
+    del env["PATH"]
+    return env
+
+
+def _mount_source(path: Path) -> str:
+    """A host path for ``--mount``/``--bind``, whose options are comma- (and colon-) separated."""
+    text = str(Path(path).resolve())
+    if "," in text or ":" in text:
+        raise UserError(f"{text}: a container cannot mount a path holding ',' or ':'; move or rename it")
+    return text
+
+
+def _binds(task: Task) -> list[tuple[str, str]]:
+    """(host source, container path) of every read-only input: the stage entries and ``readonly`` paths."""
+    binds = [
+        (_mount_source(source), str(INSIDE_FOLDERS.input / name))
+        for name, source in task.stage.items()
+        if name != DETECTOR_STAGE
+    ]
+    binds += [
+        (_mount_source(path), str(Path(path).resolve())) for path in task.readonly if Path(path).exists()
+    ]
+    return binds
+
+
+# --- the task's own folders ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Space:
+    """Host folders bound into the container; ``bounded``: they sit on the task's own tmpfs."""
+
+    scratch: Path
+    output: Path
+    bounded: bool
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path (spaces and the like are octal escapes)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _sweep_mounts(base: Path) -> None:
+    """Unmount task tmpfs left by a harness that was killed (its workspace folder is then swept)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        point = Path(_unescape(line.split()[4]))
+        if point.name != _PRIVATE or point.parent.parent != base:
+            continue
+        try:
+            stale = _dead((point.parent / OWNER_FILE).read_text())
+        except OSError:
+            stale = True
+        if stale:
+            subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=False)
+
+
+def _mount_tmpfs(folder: Path, size: int) -> bool:
+    """A private tmpfs of ``size`` bytes on ``folder``; False where this process may not mount."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    options = f"size={size},mode=0700,nosuid,nodev"
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "assay-task", str(folder)], capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+@contextlib.contextmanager
+def _task_space(task: Task, workdir: Path | None) -> Iterator[_Space]:
+    """The task's scratch and output on a tmpfs of its own, unmounted (and so emptied) afterwards."""
+    base = (workdir or default_base()).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    _sweep_mounts(base)
+    with workspace(task.key, workdir) as space:
+        private = space.root / _PRIVATE
+        private.mkdir()
+        bounded = _mount_tmpfs(private, task.limits.scratch_bytes)
+        try:
+            for name in ("scratch", "output"):
+                (private / name).mkdir()
+            yield _Space(private / "scratch", private / "output", bounded)
+        finally:
+            if bounded:
+                subprocess.run(["umount", "--lazy", str(private)], capture_output=True, check=False)
+
+
+# --- command lines ------------------------------------------------------------------------------------------
+
+
+def _hard_limit(kind: int, wanted: int) -> int:
+    """``wanted``, lowered to the harness's own hard limit (a container may not raise it: runc fails)."""
+    hard = resource.getrlimit(kind)[1]
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+
+
+def podman_command(
+    spec: ImageSpec, task: Task, image: Image, space: _Space, name: str, wall: float
+) -> list[str]:
+    """``podman run`` for one task: the flags that give it a folder detector's view and limits."""
+    limits, inside = task.limits, INSIDE_FOLDERS
+    nofile = _hard_limit(resource.RLIMIT_NOFILE, _MAX_NOFILE)
+    nproc = _hard_limit(resource.RLIMIT_NPROC, _MAX_NPROC)
+    argv = [*_podman(spec), "run", "--rm", "--name", name, "--pull", "never", "--systemd", "false"]
+    if not limits.network:  # no interface but loopback, and no copy of the host's /etc/hosts
+        argv += ["--network", "none", "--no-hosts"]
+    argv += ["--hostname", "sandbox", "--ipc", "private", "--read-only", "--read-only-tmpfs=false"]
+    argv += ["--cap-drop", "all", "--security-opt", "no-new-privileges"]
+    argv += ["--user", f"{os.getuid()}:{os.getgid()}"]
+    argv += ["--pids-limit", str(limits.max_processes), "--ulimit", "core=0:0"]
+    argv += ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+    if limits.memory_bytes is not None:
+        argv += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
+    argv += ["--log-driver", "passthrough", "--timeout", str(math.ceil(wall) + _BACKSTOP_S)]
+    size = limits.scratch_bytes
+    argv += ["--tmpfs", f"/tmp:rw,size={size},mode=1777", "--shm-size", str(size)]
+    if space.bounded:
+        argv += ["--mount", f"type=bind,src={space.scratch},dst={inside.scratch}"]
+    else:  # no tmpfs of our own: scratch is the container's, bounded; only the output folder is not
+        argv += ["--tmpfs", f"{inside.scratch}:rw,exec,size={size},mode=1777"]
+    argv += ["--mount", f"type=bind,src={space.output},dst={inside.output}"]
+    for source, target in _binds(task):
+        argv += ["--mount", f"type=bind,src={source},dst={target},ro=true"]
+    if limits.gpus > 0:
+        for node in sorted(Path("/dev").glob("nvidia*")):
+            argv += ["--device", str(node)]
+    for variable, value in _container_environment(task).items():
+        argv += ["--env", f"{variable}={value}"]
+    argv += ["--entrypoint", json.dumps(image.command), image.ref]
+    return [*argv, *(_fill(arg, inside) for arg in container_arguments(task.argv))]
+
+
+def sif_command(engine: str, image: str, task: Task, space: _Space) -> list[str]:
+    """``apptainer run`` (or singularity) for one task: contained, clean environment, no network, inputs
+    bound read-only, limits through the engine's cgroups support (root only)."""
+    limits = task.limits
+    argv = [engine, "run", "--containall", "--cleanenv", "--no-home", "--pwd", "/"]
+    if not limits.network:
+        argv += ["--net", "--network", "none"]
+    argv += ["--pids-limit", str(limits.max_processes)]
+    if limits.memory_bytes is not None:
+        argv += ["--memory", str(limits.memory_bytes)]
+    if limits.gpus > 0:
+        argv.append("--nv")
+    for source, inside in _binds(task):
+        argv += ["--bind", f"{source}:{inside}:ro"]
+    argv += ["--bind", f"{space.scratch}:{INSIDE_FOLDERS.scratch}"]
+    argv += ["--bind", f"{space.output}:{INSIDE_FOLDERS.output}"]
+    for variable, value in _container_environment(task).items():
+        argv += ["--env", f"{variable}={value}"]
+    return [*argv, image, *(_fill(arg, INSIDE_FOLDERS) for arg in container_arguments(task.argv))]
+
+
+def _describe(spec: ImageSpec, image_ref: str, task: Task, space: _Space) -> str:
+    """The one line the job log keeps about how the container ran."""
+    limits = task.limits
+    engine = f"podman ({RUNTIME})" if spec.kind != "sif" else Path(sif_engine()).name
+    shown = image_ref if spec.kind == "sif" else "sha256:" + image_ref.removeprefix("sha256:")[:12]
+    parts = [f"{engine}: image {shown}", "read-only root with staged inputs only"]
+    parts.append("network allowed" if limits.network else "no network")
+    parts.append(f"{limits.scratch_bytes / 2**20:.0f} MiB private scratch")
+    if not space.bounded:
+        parts.append("output folder not size-bounded (no tmpfs could be mounted)")
+    parts += ["no capabilities", f"the harness's user ({os.getuid()})"]
+    parts.append(f"at most {limits.max_processes} processes")
+    if limits.memory_bytes is not None:
+        parts.append(f"memory cgroup of {limits.memory_bytes / 2**20:.0f} MiB")
+    return ", ".join(parts)
+
+
+# --- running ------------------------------------------------------------------------------------------------
+
+
+def _remove(spec: ImageSpec, name: str) -> None:
+    """Kill and remove the container if it is still there (the harness stopped waiting, or was interrupted):
+    killing the podman client leaves the container running under conmon."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        _call([*_podman(spec), "rm", "--force", "--ignore", "--time", "0", name], timeout=60)
+
+
+def _result(
+    task: Task, finished: Finished, outputs: dict, described: str, worker: str, wall: float
+) -> TaskResult:
+    killed = _memory_killed(task.limits, finished)
+    stderr = finished.stderr.decode("utf-8", errors="replace") + (finished.start_error or "")
+    return TaskResult(
+        key=task.key,
+        exit_code=finished.exit_code,
+        timed_out=finished.timed_out,
+        killed_for_memory=killed,
+        wall_seconds=finished.wall_seconds,
+        stdout=finished.stdout.decode("utf-8", errors="replace"),
+        stderr=stderr,
+        outputs=outputs,
+        isolation=described,
+        worker=worker,
+        deadline_reached=finished.timed_out and wall < task.limits.wall_seconds,
+        # a cgroup kill happens at the limit; the container's own peak is gone with its cgroup
+        peak_memory_bytes=(task.limits.memory_bytes or 0) if killed else 0,
+    )
+
+
+def _unstarted(task: Task, why: str, worker: str, described: str) -> TaskResult:
+    """The record of a task whose image could not be made ready: the detector's failure, not the caller's."""
+    finished = Finished(None, False, 0.0, b"", b"", start_error=f"cannot start the container: {why}")
+    return _result(task, finished, dict.fromkeys(task.outputs), described, worker, task.limits.wall_seconds)
+
+
+def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
+    """Run ``task`` in its container image and record what happened (``run_task`` hands image tasks here).
+
+    Raises only for the caller's mistakes: a malformed spec, a missing stage source, no engine for the
+    image. Whatever the image does, a broken archive included, ends up in the ``TaskResult``.
+    """
+    assert task.image is not None
+    spec = parse_image(task.image)
+    engine = sif_engine() if spec.kind == "sif" else None
+    if engine is None and (reason := podman_missing()):
+        raise UserError(f"task {task.key!r} runs an OCI image and {reason}")
+    check_sources({name: path for name, path in task.stage.items() if name != DETECTOR_STAGE})
+    _binds(task)  # refuse unmountable paths before anything starts
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    wall = task.limits.wall_seconds
+    if task.deadline is not None:
+        wall = min(wall, task.deadline - time.time())
+        if wall <= 0:
+            return _not_started(task, worker)
+    try:
+        image = Image(spec.source, []) if engine else load_image(spec)
+    except (_ImageError, UserError) as exc:
+        return _unstarted(task, str(exc), worker, f"podman ({RUNTIME}): image not loaded")
+    if task.deadline is not None:  # loading a large archive takes time off the job, not off the model
+        wall = min(wall, task.deadline - time.time())
+        if wall <= 0:
+            return _not_started(task, worker)
+    name = f"assay-{re.sub(r'[^A-Za-z0-9_.-]', '_', task.key)[:40]}-{uuid.uuid4().hex[:12]}"
+    with _task_space(task, workdir) as space:
+        if engine:
+            argv = sif_command(engine, image.ref, task, space)
+        else:
+            argv = podman_command(spec, task, image, space, name, wall)
+        described = _describe(spec, image.ref, task, space)
+        finished = None
+        try:
+            stop = None if engine else lambda: _remove(spec, name)  # before draining the pipes it holds
+            finished = run_limited(argv, _client_env(), "/", wall, None, on_timeout=stop)
+        finally:
+            # ``--rm`` removed a container that ended by itself, and ``on_timeout`` one out of time; an
+            # interrupted harness leaves it running under conmon
+            if not engine and (finished is None or finished.exit_code is None):
+                _remove(spec, name)
+        outputs = {output: read_regular(space.output / output) for output in task.outputs}
+    return _result(task, finished, outputs, described, worker, wall)

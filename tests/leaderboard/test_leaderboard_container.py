@@ -1,0 +1,230 @@
+"""Container submissions through the real submission path: image archives (docker-archive, oci-archive) and
+``podman:REF`` accepted, stored content-addressed, checked (one image, an entrypoint, size, metaparameters
+read out of the image's layers), and a job run end to end on a zoo round by the worker, scored as NIST
+would, with the image's own detector reading each model's weights.
+
+The submission checks use archives written by hand and need no podman; the jobs need podman and skip where
+it is missing (``make install`` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from assay.errors import UserError
+from assay.leaderboard import rounds, submissions
+from assay.leaderboard.scoring import read_truth
+from assay.leaderboard.worker import work
+from assay.runner import LocalExecutor
+from assay.stats import cross_entropy
+from assay.store import Job, Submission, open_store
+from container_image import (
+    ENTRYPOINT,
+    METAPARAMETERS,
+    SCHEMA,
+    WEIGHTSTAT,
+    BuiltImage,
+    build_image,
+    handmade_archive,
+    podman_ready,
+)
+from fake_board import fake_splits
+
+MISSING = podman_ready()
+ENTRY = ["python3", "/entrypoint.py"]
+GOOD_FILES = {
+    "entrypoint.py": ENTRYPOINT.encode(),
+    "metaparameters.json": json.dumps(METAPARAMETERS).encode(),
+    "metaparameters_schema.json": json.dumps(SCHEMA).encode(),
+}
+
+
+def open_board(dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An open round over ``dataset`` with two teams, in a SQLite file of the test's own."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("ASSAY_DB_URL", url)
+    sessions = open_store(url)
+    with sessions.begin() as session:
+        rounds.create_round(session, "r1", dataset, submission_window_s=3600, per_model_timeout_s=60)
+        rounds.set_status(session, "r1", "open")
+        for team in ("alpha", "beta"):
+            rounds.add_team(session, team)
+    return sessions, tmp_path / "artifacts"
+
+
+@pytest.fixture
+def fake_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    return open_board(fake_splits(tmp_path / "splits"), tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
+    if MISSING is not None:
+        pytest.skip(f"podman: {MISSING}")
+    return build_image(tmp_path_factory.mktemp("image"))
+
+
+def submit(sessions, artifacts: Path, team: str, artifact: Path | str, split: str = "train") -> Submission:
+    with sessions.begin() as session:
+        made = submissions.submit(session, artifacts, team, "r1", split, artifact)
+        session.expunge(made)
+        return made
+
+
+# --- submission checks (no podman needed) -------------------------------------------------------------------
+
+
+def test_an_image_archive_is_stored_as_sent_and_read_for_its_metaparameters(
+    fake_board, tmp_path: Path
+) -> None:
+    sessions, artifacts = fake_board
+    archive = handmade_archive(tmp_path / "detector.tar", [{"bin": b"x"}, GOOD_FILES], ENTRY)
+    made = submit(sessions, artifacts, "alpha", archive)
+    assert made.status == "queued", made.validation_errors
+    assert made.technique == "weight spread"
+    stored = Path(made.artifact_path)
+    assert [p.name for p in stored.iterdir()] == ["image.tar"]
+    assert (stored / "image.tar").read_bytes() == archive.read_bytes()
+    assert stored.name == made.artifact_sha256 == submissions.digest(stored)
+    assert submissions.stored_image(stored) == str(stored / "image.tar")
+    assert made.artifact_bytes == archive.stat().st_size
+    # the same bytes again from the same team: a duplicate, not run twice
+    assert submit(sessions, artifacts, "alpha", archive).status == "duplicate"
+
+
+def test_a_detector_tar_with_a_manifest_of_its_own_is_still_a_detector(fake_board, tmp_path: Path) -> None:
+    import shutil
+    import tarfile
+
+    folder = tmp_path / "constant"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "detectors" / "constant", folder)
+    (folder / "manifest.json").write_text("[]")
+    archive = tmp_path / "constant.tar"
+    with tarfile.open(archive, "w") as tar:
+        for path in sorted(folder.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+    made = submit(fake_board[0], fake_board[1], "alpha", archive)
+    assert made.status == "queued", made.validation_errors
+    assert (Path(made.artifact_path) / "entrypoint.py").is_file()
+    assert submissions.stored_image(Path(made.artifact_path)) is None
+
+
+@pytest.mark.parametrize(
+    ("layers", "problem"),
+    [
+        ([{"bin": b"x"}], "/metaparameters.json: missing from the image"),
+        ([GOOD_FILES, {".wh.metaparameters_schema.json": b""}], "/metaparameters_schema.json: missing"),
+        ([{**GOOD_FILES, "metaparameters.json": b'{"centre": 99}'}], "/metaparameters.json: field 'centre'"),
+        ([{**GOOD_FILES, "metaparameters_schema.json": b"{nope"}], "/metaparameters_schema.json:1: "),
+    ],
+)
+def test_bad_metaparameters_in_an_image_reject_it_with_a_reason(
+    fake_board, tmp_path: Path, layers: list, problem: str
+) -> None:
+    sessions, artifacts = fake_board
+    made = submit(sessions, artifacts, "alpha", handmade_archive(tmp_path / "bad.tar", layers, ENTRY))
+    assert made.status == "rejected", made.validation_errors
+    assert any(line.startswith(problem) for line in made.validation_errors.splitlines()), (
+        made.validation_errors
+    )
+
+
+def test_malformed_images_are_one_line_errors(
+    fake_board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions, artifacts = fake_board
+    for archive, message in (
+        (handmade_archive(tmp_path / "noentry.tar", [GOOD_FILES]), "neither an ENTRYPOINT nor a CMD"),
+        (handmade_archive(tmp_path / "two.tar", [GOOD_FILES], ENTRY, images=2), "holds 2 images"),
+    ):
+        with pytest.raises(UserError, match=message) as caught:
+            submit(sessions, artifacts, "alpha", archive)
+        assert "\n" not in str(caught.value)
+    # the archive within the limit but its layers unpacking past it (a gzip layer of zeros)
+    monkeypatch.setattr(submissions, "MAX_ARTIFACT_BYTES", 4 * 2**20)
+    bomb = handmade_archive(
+        tmp_path / "bomb.tar", [GOOD_FILES, {"zeros": bytes(8 * 2**20)}], ENTRY, compress=True
+    )
+    assert bomb.stat().st_size < 2**20
+    made = submit(sessions, artifacts, "alpha", bomb)
+    assert made.status == "rejected" and "unpacks to more than" in made.validation_errors
+    big = handmade_archive(tmp_path / "big.tar", [GOOD_FILES, {"noise": bytes(5 * 2**20)}], ENTRY)
+    with pytest.raises(UserError, match="the limit is"):
+        submit(sessions, artifacts, "alpha", big)
+    sif = tmp_path / "detector.sif"
+    sif.write_bytes(b"\0" * 64)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(UserError, match="container image needs apptainer or singularity"):
+        submit(sessions, artifacts, "alpha", sif)
+    with sessions() as session:
+        assert [s.status for s in session.scalars(select(Submission))] == ["rejected"]
+
+
+# --- jobs (podman) ------------------------------------------------------------------------------------------
+
+
+def expected_value(model_dir: Path) -> float:
+    """The image detector's answer for a model, computed here from its weights with the image's formula."""
+    namespace: dict = {}
+    exec(WEIGHTSTAT, namespace)
+    weights = model_dir / "model.safetensors"
+    values = (
+        namespace["safetensors_floats"](weights)
+        if weights.exists()
+        else namespace["byte_floats"](model_dir / "model.pt")
+    )
+    return namespace["probability"](values, 40.0, METAPARAMETERS["centre"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(MISSING is not None, reason=f"podman: {MISSING}")
+def test_an_image_submission_runs_a_job_end_to_end(
+    small_round: Path, image: BuiltImage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions, artifacts = open_board(small_round / "splits", tmp_path, monkeypatch)
+    made = submit(sessions, artifacts, "alpha", image.docker_archive, split="test")
+    local = submit(
+        sessions, artifacts, "beta", image.local, split="smoke"
+    )  # podman:REF, exported on submission
+    assert (made.status, local.status) == ("queued", "queued"), (
+        made.validation_errors + local.validation_errors
+    )
+    assert made.technique == "weight spread"
+    stored = Path(local.artifact_path) / "image.tar"
+    assert submissions.stored_image(stored.parent) == str(stored)
+    assert work(sessions, LocalExecutor(2), once=True) == 2
+
+    with sessions() as session:
+        jobs = {job.submission.team.name: job for job in session.scalars(select(Job))}
+        for job in jobs.values():
+            assert job.status == "done", job.log
+            assert "isolation: podman (runc): image sha256:" in job.log and "no network" in job.log
+            models = Path(job.submission.split.models_path)
+            for result in job.results:
+                assert result.flags == "" and result.exit_code == 0, result.stderr
+                assert result.value == pytest.approx(expected_value(models / result.model_name), abs=1e-12)
+                assert "weights from safetensors" in result.stderr
+        test_job = jobs["alpha"]
+        truth = read_truth(Path(test_job.submission.split.truth_path))
+        names = sorted(truth)
+        assert sorted(r.model_name for r in test_job.results) == names
+        values = {r.model_name: r.value for r in test_job.results}
+        overall = {m.name: m.value for m in test_job.metrics if not m.group_column}
+        assert overall["cross_entropy"] == pytest.approx(
+            cross_entropy([truth[n] for n in names], [values[n] for n in names]), abs=1e-12
+        )
+        assert len(jobs["beta"].results) == rounds.SMOKE_MODELS
+
+
+def test_the_handmade_layout_is_what_podman_reads(tmp_path: Path) -> None:
+    """The hand-written archives follow the docker-archive layout the reader expects of podman's own."""
+    from assay.runner.images import read_archive
+
+    archive = handmade_archive(tmp_path / "a.tar", [GOOD_FILES, {".wh.entrypoint.py": b""}], ENTRY)
+    image = read_archive(archive, ["entrypoint.py", "metaparameters.json"], 2**20)
+    assert image.command == ENTRY and set(image.root_files) == {"metaparameters.json"}
+    assert image.image_id.startswith("sha256:")
