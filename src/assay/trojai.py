@@ -24,10 +24,10 @@ import csv
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from assay.fileio import write_text_atomic
 REQUIRED_METAPARAMETERS = ("technique", "technique_description")
 MODES = ("infer", "configure")
 Metaparameters = dict[str, Any]
+T = TypeVar("T")
 # NIST's schema header (trojai-example, trojai-test-harness): technique fields at the schema's root.
 NIST_TECHNIQUE_TYPES = (
     "Weight Analysis",
@@ -323,24 +324,33 @@ def read_examples(examples_dirpath: str | Path) -> tuple[np.ndarray, np.ndarray]
             "(or N.png) with its label in N.json"
         )
     images, labels = [], []
+    for line, name, label, pixels in labelled_images(table, _grayscale):
+        problem = _same_shape(images, pixels)
+        if problem:
+            raise input_error(table, line, "file", name, problem)
+        images.append(pixels)
+        labels.append(label)
+    if not images:
+        raise UserError(f"{table}: lists no examples")
+    return np.stack(images), np.asarray(labels, dtype=np.int64)
+
+
+def labelled_images(table: Path, read: Callable[[Path], T]) -> Iterator[tuple[int, str, int, T]]:
+    """Each row of our ``labels.csv`` as (line, file name, label, ``read(image path)``); a label that is no
+    integer or a file ``read`` cannot open (OSError) is a one-line error naming the line. Shared by the
+    example reader and NIST export, which read the same table into different things."""
     with table.open(newline="", encoding="utf-8") as handle:
         for line, row in enumerate(csv.DictReader(handle), start=2):
+            name = row.get("file") or ""
             try:
                 label = int(row.get("label") or "")
             except ValueError:
                 raise input_error(table, line, "label", row.get("label"), "is not an integer") from None
             try:
-                pixels = _grayscale(folder / (row.get("file") or ""))
+                content = read(table.parent / name)
             except OSError:
-                raise input_error(table, line, "file", row.get("file"), "names no readable image") from None
-            problem = _same_shape(images, pixels)
-            if problem:
-                raise input_error(table, line, "file", row.get("file"), problem)
-            images.append(pixels)
-            labels.append(label)
-    if not images:
-        raise UserError(f"{table}: lists no examples")
-    return np.stack(images), np.asarray(labels, dtype=np.int64)
+                raise input_error(table, line, "file", name, "names no readable image") from None
+            yield line, name, label, content
 
 
 def training_models(models_dirpath: str | Path) -> list[TrainingModel]:

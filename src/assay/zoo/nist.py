@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from assay.errors import UserError, field_error, input_error
 from assay.fileio import atomic_path
-from assay.trojai import example_files, read_json
+from assay.trojai import example_files, labelled_images, read_json
 from assay.zoo.split import (
     SPLITS,
     TRUTH_COLUMNS,
@@ -476,19 +476,10 @@ def _export_examples(source: Path, target: Path) -> int:
         return len(example_files(target))
     target.mkdir()
     count = 0
-    with table.open(newline="", encoding="utf-8") as handle:
-        for line, row in enumerate(csv.DictReader(handle), start=2):
-            try:
-                label = int(row.get("label") or "")
-            except ValueError:
-                raise input_error(table, line, "label", row.get("label"), "is not an integer") from None
-            try:
-                image = _jpeg(source / (row.get("file") or ""))
-            except OSError:
-                raise input_error(table, line, "file", row.get("file"), "names no readable image") from None
-            (target / f"{count}.jpg").write_bytes(image)
-            (target / f"{count}.json").write_text(json.dumps(label), encoding="utf-8")
-            count += 1
+    for _, _, label, image in labelled_images(table, _jpeg):
+        (target / f"{count}.jpg").write_bytes(image)
+        (target / f"{count}.json").write_text(json.dumps(label), encoding="utf-8")
+        count += 1
     return count
 
 
