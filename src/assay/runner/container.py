@@ -39,7 +39,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,9 +48,17 @@ from assay.errors import UserError
 from assay.runner.collect import read_regular
 from assay.runner.images import DOCKER_ARCHIVE, OCI_ARCHIVE, ImageArchive, archive_format, read_archive
 from assay.runner.process import Finished, run_limited
-from assay.runner.sandbox import INSIDE_FOLDERS, _environment, _fill, _memory_killed, _not_started
+from assay.runner.sandbox import (
+    INSIDE_FOLDERS,
+    environment,
+    fill,
+    memory_killed,
+    not_started,
+    task_result,
+    time_left,
+)
 from assay.runner.task import Task, TaskResult
-from assay.runner.workspace import OWNER_FILE, _dead, check_sources, default_base, workspace
+from assay.runner.workspace import OWNER_FILE, check_sources, default_base, owner_is_dead, workspace
 
 PODMAN_PREFIX = "podman:"
 ARCHIVE_PREFIXES = (f"{DOCKER_ARCHIVE}:", f"{OCI_ARCHIVE}:")
@@ -279,7 +286,7 @@ def container_arguments(argv: list[str]) -> list[str]:
 def _container_environment(task: Task) -> dict[str, str]:
     """The detector's variables, built from scratch as for a folder detector, less ``PATH``: the image's
     own (and its ``PYTHONPATH`` and the like) stay, since the image was built around them."""
-    env = _environment(task, INSIDE_FOLDERS)
+    env = environment(task, INSIDE_FOLDERS)
     del env["PATH"]
     return env
 
@@ -333,7 +340,7 @@ def _sweep_mounts(base: Path) -> None:
         if point.name != _PRIVATE or point.parent.parent != base:
             continue
         try:
-            stale = _dead((point.parent / OWNER_FILE).read_text())
+            stale = owner_is_dead((point.parent / OWNER_FILE).read_text())
         except OSError:
             stale = True
         if stale:
@@ -412,7 +419,7 @@ def podman_command(
     for variable, value in _container_environment(task).items():
         argv += ["--env", f"{variable}={value}"]
     argv += ["--entrypoint", json.dumps(image.command), image.ref]
-    return [*argv, *(_fill(arg, inside) for arg in container_arguments(task.argv))]
+    return [*argv, *(fill(arg, inside) for arg in container_arguments(task.argv))]
 
 
 def sif_command(engine: str, image: str, task: Task, space: _Space) -> list[str]:
@@ -433,7 +440,7 @@ def sif_command(engine: str, image: str, task: Task, space: _Space) -> list[str]
     argv += ["--bind", f"{space.output}:{INSIDE_FOLDERS.output}"]
     for variable, value in _container_environment(task).items():
         argv += ["--env", f"{variable}={value}"]
-    return [*argv, image, *(_fill(arg, INSIDE_FOLDERS) for arg in container_arguments(task.argv))]
+    return [*argv, image, *(fill(arg, INSIDE_FOLDERS) for arg in container_arguments(task.argv))]
 
 
 def _describe(spec: ImageSpec, image_ref: str, task: Task, space: _Space) -> str:
@@ -466,23 +473,10 @@ def _remove(spec: ImageSpec, name: str) -> None:
 def _result(
     task: Task, finished: Finished, outputs: dict, described: str, worker: str, wall: float
 ) -> TaskResult:
-    killed = _memory_killed(task.limits, finished)
-    stderr = finished.stderr.decode("utf-8", errors="replace") + (finished.start_error or "")
-    return TaskResult(
-        key=task.key,
-        exit_code=finished.exit_code,
-        timed_out=finished.timed_out,
-        killed_for_memory=killed,
-        wall_seconds=finished.wall_seconds,
-        stdout=finished.stdout.decode("utf-8", errors="replace"),
-        stderr=stderr,
-        outputs=outputs,
-        isolation=described,
-        worker=worker,
-        deadline_reached=finished.timed_out and wall < task.limits.wall_seconds,
-        # a cgroup kill happens at the limit; the container's own peak is gone with its cgroup
-        peak_memory_bytes=(task.limits.memory_bytes or 0) if killed else 0,
-    )
+    """``task_result`` with the container's peak: a cgroup kill happens at the limit, and the container's own
+    peak is gone with its cgroup."""
+    peak = (task.limits.memory_bytes or 0) if memory_killed(task.limits, finished) else 0
+    return task_result(task, finished, outputs, described, worker, wall, peak)
 
 
 def _unstarted(task: Task, why: str, worker: str, described: str) -> TaskResult:
@@ -505,19 +499,17 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
     check_sources({name: path for name, path in task.stage.items() if name != DETECTOR_STAGE})
     _binds(task)  # refuse unmountable paths before anything starts
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    wall = task.limits.wall_seconds
-    if task.deadline is not None:
-        wall = min(wall, task.deadline - time.time())
-        if wall <= 0:
-            return _not_started(task, worker)
+    wall = time_left(task)
+    if wall <= 0:
+        return not_started(task, worker)
     try:
         image = Image(spec.source, []) if engine else load_image(spec)
     except (_ImageError, UserError) as exc:
         return _unstarted(task, str(exc), worker, f"podman ({RUNTIME}): image not loaded")
     if task.deadline is not None:  # loading a large archive takes time off the job, not off the model
-        wall = min(wall, task.deadline - time.time())
+        wall = min(wall, time_left(task))
         if wall <= 0:
-            return _not_started(task, worker)
+            return not_started(task, worker)
     name = f"assay-{re.sub(r'[^A-Za-z0-9_.-]', '_', task.key)[:40]}-{uuid.uuid4().hex[:12]}"
     with _task_space(task, workdir) as space:
         if engine:

@@ -59,14 +59,14 @@ class Folders:
 INSIDE_FOLDERS = Folders(INSIDE / "input", INSIDE / "scratch", INSIDE / "output")
 
 
-def _fill(text: str, space: Folders) -> str:
+def fill(text: str, space: Folders) -> str:
     """Replace the placeholders; plain ``str.replace`` so other braces (JSON arguments) survive."""
     for name, path in (("input", space.input), ("output", space.output), ("scratch", space.scratch)):
         text = text.replace("{" + name + "}", str(path))
     return text
 
 
-def _environment(task: Task, space: Folders) -> dict[str, str]:
+def environment(task: Task, space: Folders) -> dict[str, str]:
     """A small environment built from scratch: the harness's own may hold credentials and ASSAY_HOME.
 
     HOME and TMPDIR point at scratch so caches land somewhere writable that is removed afterwards.
@@ -91,11 +91,11 @@ def _environment(task: Task, space: Folders) -> dict[str, str]:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
-    env.update({name: _fill(value, space) for name, value in task.env.items()})
+    env.update({name: fill(value, space) for name, value in task.env.items()})
     return env
 
 
-def _memory_killed(limits: Limits, finished: Finished) -> bool:
+def memory_killed(limits: Limits, finished: Finished) -> bool:
     """Best effort: a failed run under a memory limit that died by SIGKILL or printed an allocation error."""
     if limits.memory_bytes is None or finished.timed_out or finished.exit_code in (0, None):
         return False
@@ -105,7 +105,7 @@ def _memory_killed(limits: Limits, finished: Finished) -> bool:
     return any(marker in stderr for marker in _MEMORY_MARKERS)
 
 
-def _not_started(task: Task, worker: str) -> TaskResult:
+def not_started(task: Task, worker: str) -> TaskResult:
     """The record of a task whose job ran out of time before its turn came."""
     return TaskResult(
         key=task.key,
@@ -141,7 +141,7 @@ def _bwrap_command(task: Task) -> tuple[list[str], str]:
         gpus=task.limits.gpus > 0,
     )
     collector = [sys.executable, "-I", "-S", COLLECTOR, "{collect_fd}", str(INSIDE_FOLDERS.output)]
-    inner = [*collector, *task.outputs, "--", *(_fill(arg, INSIDE_FOLDERS) for arg in task.argv)]
+    inner = [*collector, *task.outputs, "--", *(fill(arg, INSIDE_FOLDERS) for arg in task.argv)]
     return wrap("bwrap", inner, mounts)
 
 
@@ -159,14 +159,14 @@ def _run(task: Task, level: str, space: Workspace, wall: float, join: Callable[[
     data_only = limits.gpus > 0  # RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS
     if level == "bwrap":
         argv, described = _bwrap_command(task)
-        env = _environment(task, INSIDE_FOLDERS)
+        env = environment(task, INSIDE_FOLDERS)
         cap = len(task.outputs) * (MAX_OUTPUT_BYTES * 4 // 3 + 512) + 64
         finished = run_limited(argv, env, "/", wall, limits.memory_bytes, data_only, cap, join)
         return finished, _collected(finished.collected, task.outputs), described
     folders = Folders(space.input, space.scratch, space.output)
     copy_in(space, task.stage)
-    argv, described = wrap(level, [_fill(arg, folders) for arg in task.argv], Mounts(network=limits.network))
-    env = _environment(task, folders)
+    argv, described = wrap(level, [fill(arg, folders) for arg in task.argv], Mounts(network=limits.network))
+    env = environment(task, folders)
     finished = run_limited(argv, env, str(space.scratch), wall, limits.memory_bytes, data_only, join=join)
     return finished, {name: read_output(space, name) for name in task.outputs}, described
 
@@ -186,25 +186,42 @@ def run_task(task: Task, workdir: Path | None = None, isolation: str | None = No
     _refuse_unsealed(level, task)
     check_sources(task.stage)
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    wall = task.limits.wall_seconds
-    if task.deadline is not None:
-        wall = min(wall, task.deadline - time.time())
-        if wall <= 0:
-            return _not_started(task, worker)
+    wall = time_left(task)
+    if wall <= 0:
+        return not_started(task, worker)
     with workspace(task.key, workdir) as space, task_cgroup(task.limits.max_processes) as group:
         finished, outputs, described = _run(task, level, space, wall, joiner(group) if group else None)
     if group is None:
         described += "; process count not bounded (no pids cgroup)"
     else:
         described += f"; at most {task.limits.max_processes} processes"
-    stderr = finished.stderr.decode("utf-8", errors="replace")
-    if finished.start_error:
-        stderr += finished.start_error
+    return task_result(task, finished, outputs, described, worker, wall)
+
+
+def time_left(task: Task) -> float:
+    """Seconds the task may run now: its own limit, cut to the job's shared deadline (<= 0: do not start)."""
+    if task.deadline is None:
+        return task.limits.wall_seconds
+    return min(task.limits.wall_seconds, task.deadline - time.time())
+
+
+def task_result(
+    task: Task,
+    finished: Finished,
+    outputs: dict[str, bytes | None],
+    described: str,
+    worker: str,
+    wall: float,
+    peak_memory_bytes: int | None = None,
+) -> TaskResult:
+    """The record of a finished run, for every way of running a task (``peak_memory_bytes`` None: the
+    peak measured by ``run_limited``)."""
+    stderr = finished.stderr.decode("utf-8", errors="replace") + (finished.start_error or "")
     return TaskResult(
         key=task.key,
         exit_code=finished.exit_code,
         timed_out=finished.timed_out,
-        killed_for_memory=_memory_killed(task.limits, finished),
+        killed_for_memory=memory_killed(task.limits, finished),
         wall_seconds=finished.wall_seconds,
         stdout=finished.stdout.decode("utf-8", errors="replace"),
         stderr=stderr,
@@ -212,5 +229,5 @@ def run_task(task: Task, workdir: Path | None = None, isolation: str | None = No
         isolation=described,
         worker=worker,
         deadline_reached=finished.timed_out and wall < task.limits.wall_seconds,
-        peak_memory_bytes=finished.peak_memory_bytes,
+        peak_memory_bytes=finished.peak_memory_bytes if peak_memory_bytes is None else peak_memory_bytes,
     )

@@ -64,7 +64,7 @@ def _owner() -> str:
     return f"{socket.gethostname()} {pid} {_start_time(pid)}"
 
 
-def _dead(owner: str) -> bool:
+def owner_is_dead(owner: str) -> bool:
     """Whether the owner line names a process of this host that is gone (a reused pid has another start)."""
     parts = owner.split()
     if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
@@ -80,7 +80,7 @@ def sweep_stale(base: Path) -> list[Path]:
             owner = (root / OWNER_FILE).read_text()
         except OSError:
             continue
-        if _dead(owner):
+        if owner_is_dead(owner):
             shutil.rmtree(root, ignore_errors=True)
             removed.append(root)
     return removed
