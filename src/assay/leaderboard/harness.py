@@ -124,8 +124,9 @@ def detector_task(
     stage = {
         "detector": artifact,
         **{name: model_dir / name for name in MODEL_FILES if (model_dir / name).exists()},
-        "config.json": model_dir / "reduced-config.json",  # NIST's harness copies it beside the model
     }
+    if "reduced-config.json" in stage:  # NIST's harness copies it beside the model, where it exists
+        stage["config.json"] = stage["reduced-config.json"]
     if training is not None:
         stage["round-training-dataset"] = training
     if convention.source_dataset is not None:
