@@ -83,7 +83,8 @@ def test_planted_in_group_effect_is_detected(spec: CampaignSpec) -> None:
     annotations, dialogues = _relation_campaign(np.random.default_rng(1), 0.45, 0.30)
     overall, *per_rule = in_group_annotation(annotations, dialogues, spec)
     assert overall.scope == "all" and overall.in_group.n == overall.out_group.n == 800
-    assert overall.p_value < 0.01 and overall.z > 0
+    assert overall.p_value < 0.01 and overall.statistic > 0 and overall.naive_z > 0
+    assert overall.naive_p < 0.01 and "cluster-robust" in overall.method
     assert abs(overall.in_group.share - 0.45) < 0.05 and abs(overall.out_group.share - 0.30) < 0.05
     assert [c.scope for c in per_rule] == ["rule=hate", "rule=medical"]
     levels = likert_distribution(annotations, spec)

@@ -1,5 +1,6 @@
-"""STAR assignment on real SQLite files: matching properties (hypothesis), arbitration, shortfalls, machine
-data kept apart, and claims/submissions from 4 processes at once."""
+"""STAR assignment on real SQLite files: matching properties (hypothesis), the exact in/out-group split and
+the annotation arms, arbitration, shortfalls, machine data kept apart, and claims/submissions from 4
+processes at once."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlalchemy import func, select
 
 from assay.errors import UserError
 from assay.star.assign import (
+    ARM_OF_FLAGS,
     add_instructions,
     arbitration_view,
     claim_next,
@@ -27,6 +29,8 @@ from assay.star.assign import (
     submit_annotation,
     submit_dialogue,
 )
+from assay.star.balance import arm_of
+from assay.star.exchange import campaign_tables
 from assay.star.participants import membership
 from assay.star.spec import PREFER_NOT_TO_SAY, CampaignSpec, group_label
 from assay.store import StarAnnotation, StarCampaign, StarInstruction, StarParticipant, StarTask, open_store
@@ -51,7 +55,6 @@ def make_spec(name: str = "t", **settings_: object) -> CampaignSpec:
         "annotators_per_dialogue": 2,
         "arbitration_gap": 2,
         "in_group_share": 0.5,
-        "out_group_annotation_share": 0.0,
     }
     return CampaignSpec.model_validate(raw | settings_)
 
@@ -207,7 +210,8 @@ def check_outcome(sessions, campaign_id: int, spec: CampaignSpec) -> None:
 def test_every_claim_matches_and_no_eligible_task_is_refused(
     shared_store, people, instructions, share, seed
 ) -> None:
-    spec = make_spec(f"prop-{next(_campaigns)}", in_group_share=share, out_group_annotation_share=0.5)
+    arms = {"in_group": 0.25, "out_group": 0.25, "both": 0.5}  # every arm, so every matching rule is hit
+    spec = make_spec(f"prop-{next(_campaigns)}", in_group_share=share, annotation_arms=arms)
     with shared_store.begin() as session:
         campaign = create_campaign(session, spec, seed=seed)
         add_people(
@@ -237,6 +241,104 @@ def test_in_group_balance_holds_across_batches(tmp_path: Path) -> None:
         assert add_instructions(session, campaign, [instruction(0, "g", {"race": "A"})]) == 0
         flags = session.scalars(select(StarTask.in_group).where(StarTask.kind == "red_team")).all()
     assert len(flags) == 63 and abs(sum(flags) - 0.3 * 63) <= 1
+
+
+def red_team_flags(session, campaign_id: int) -> dict[str, list[bool]]:
+    flags: dict[str, list[bool]] = defaultdict(list)
+    for label, flag in session.execute(
+        select(StarTask.group_label, StarTask.in_group).where(
+            StarTask.campaign_id == campaign_id, StarTask.kind == "red_team", StarTask.in_group.is_not(None)
+        )
+    ):
+        flags[label].append(flag)
+    return flags
+
+
+def test_red_team_split_is_exact_over_the_campaign_in_one_call_or_in_batches(tmp_path: Path) -> None:
+    """The issue's campaigns leaned in-group (76 of 151): now 75 or 76, every group within one, whether the
+    design arrives at once or in overlapping batches before anyone starts; a task somebody holds keeps its
+    requirement when a later batch is balanced. (Many more sizes: tests/star/test_star_balance.py.)"""
+    total = 151
+    sessions = open_store(f"sqlite:///{tmp_path / 'star.db'}")
+    design = [instruction(i, "g", GROUPS[i % len(GROUPS)]) for i in range(total)]
+    in_a = {"demographics": {"race": ["A"], "gender": ["f"]}, **ANYONE}
+    with sessions.begin() as session:
+        at_once = create_campaign(session, make_spec("at-once"), seed=4)
+        add_instructions(session, at_once, design)
+        batched = create_campaign(session, make_spec("batched"), seed=4)
+        for start in (0, total // 3, total // 2):
+            add_instructions(session, batched, design[start : start + total // 3 + 1])
+        add_instructions(session, batched, design)
+        person = add_people(session, batched, [in_a])[0]
+        ids = (at_once.id, batched.id)
+    for campaign_id in ids:
+        with sessions() as session:
+            flags = red_team_flags(session, campaign_id)
+        assert sum(map(len, flags.values())) == total
+        assert abs(2 * sum(map(sum, flags.values())) - total) <= 1
+        assert all(abs(2 * sum(f) - len(f)) <= 2 for f in flags.values())
+    held = claim_next(sessions, person, "red_team")
+    with sessions.begin() as session:
+        before = session.get_one(StarTask, held).in_group
+        extra = [instruction(total + i, "g", GROUPS[i % len(GROUPS)]) for i in range(len(GROUPS) + 3)]
+        add_instructions(session, session.get_one(StarCampaign, ids[1]), extra)
+    with sessions() as session:
+        task = session.get_one(StarTask, held)
+        assert (task.in_group, task.participant_id, task.status) == (before, person, "claimed")
+        flags = red_team_flags(session, ids[1])
+    assert abs(2 * sum(map(sum, flags.values())) - (total + len(extra))) <= 2
+
+
+def test_annotation_arms_open_their_tasks_arbitrate_and_are_exported(tmp_path: Path) -> None:
+    """Each group-targeted dialogue gets the next arm of the seeded sequence: in-group only (k in-group
+    annotators), out-group only (k out-group), or both (k in-group plus k out-group extras); shares hold
+    within one; out-group-only disagreements go to an out-group arbitrator; the export names the arm."""
+    sessions = open_store(f"sqlite:///{tmp_path / 'star.db'}")
+    spec = make_spec(annotation_arms={"in_group": 0.5, "out_group": 0.25, "both": 0.25})
+    with sessions.begin() as session:
+        campaign = create_campaign(session, spec, seed=9)
+        add_instructions(
+            session,
+            campaign,
+            [instruction(i, "g", {"race": "A"}) for i in range(16)] + [instruction(16, "plain")],
+        )
+        outsider = add_people(session, campaign, [{"demographics": {"race": ["B"]}, **ANYONE}])[0]
+        dialogues = []
+        for task in session.scalars(
+            select(StarTask).where(StarTask.kind == "red_team").order_by(StarTask.id)
+        ):
+            task.status = "claimed"
+            session.flush()
+            dialogues.append(submit_dialogue(session, task.id, "t", dialogue_turns(), "m"))
+        campaign_id = campaign.id
+    expected = {None: [(None, False)] * 2, 0: [(True, False)] * 2, 1: [(False, False)] * 2}
+    expected[2] = expected[0] + [(False, True)] * 2
+    arms = [arm_of(i, spec.annotation_arms.shares(), 9) for i in range(16)] + [None]
+    assert Counter(arms) == {0: 8, 1: 4, 2: 4, None: 1}
+    with sessions() as session:
+        for dialogue, arm in zip(dialogues, arms, strict=True):
+            tasks = session.scalars(
+                select(StarTask).where(StarTask.dialogue_id == dialogue, StarTask.kind == "annotate")
+            ).all()
+            assert Counter((t.in_group, t.ablation) for t in tasks) == Counter(expected[arm])
+        exported = campaign_tables(session, session.get_one(StarCampaign, campaign_id))["dialogues"]
+    names = {None: "none", **{i: ARM_OF_FLAGS[frozenset(f for f, _ in expected[i])] for i in range(3)}}
+    assert [row["annotation_arm"] for row in exported] == [names[a] for a in arms]
+    assert names == {None: "none", 0: "in-group", 1: "out-group", 2: "both"}
+    out_only = dialogues[arms.index(1)]
+    with sessions.begin() as session:
+        first, second = session.scalars(
+            select(StarTask.id).where(StarTask.dialogue_id == out_only, StarTask.kind == "annotate")
+        ).all()
+        for task_id in (first, second):
+            session.get_one(StarTask, task_id).status = "claimed"
+        submit_annotation(session, first, 0, "demeaning")
+        submit_annotation(session, second, 3, "harmless")
+    assert arbitration_count(sessions, out_only) == 1
+    with sessions() as session:
+        arbitration = session.scalar(select(StarTask).where(StarTask.arbitration_of == out_only))
+        assert arbitration.in_group is False
+    assert claim_next(sessions, outsider, "arbitrate") == arbitration.id
 
 
 # --- caps, opt-out, machine data ------------------------------------------------------------------------
@@ -328,7 +430,7 @@ def test_arbitration_exactly_when_ratings_differ_by_the_gap(tmp_path: Path) -> N
 
 def test_arbitration_goes_to_a_matched_third_person_who_sees_both_reasons(tmp_path: Path) -> None:
     sessions = open_store(f"sqlite:///{tmp_path / 'star.db'}")
-    spec = make_spec(in_group_share=1.0, out_group_annotation_share=1.0)
+    spec = make_spec(in_group_share=1.0, annotation_arms="both")
     in_a = {"demographics": {"race": ["A"]}, **ANYONE}
     in_b = {"demographics": {"race": ["B"]}, **ANYONE}
     annotator_b = {"demographics": {"race": ["B"]}, "roles": ["annotator"], "daily_cap": 9}

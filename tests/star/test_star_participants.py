@@ -130,3 +130,80 @@ def test_import_upserts_by_external_id(tmp_path: Path, spec) -> None:
 )
 def test_membership_rules(declared, group, expected) -> None:
     assert membership(declared, group) is expected
+
+
+def test_participants_are_exported_and_reported_as_counts_never_as_people(tmp_path: Path, spec) -> None:
+    """The export's participants table has no id or name; the report counts roles, declared values,
+    expertise, tasks and hours over the people who took part, and names nobody."""
+    from datetime import UTC, datetime, timedelta
+
+    import pandas as pd
+
+    from assay.star.analysis.participants_summary import participants_summary
+    from assay.star.analysis.report import build_report, render_html
+    from assay.star.assign import add_instructions, claim_next, submit_annotation, submit_dialogue
+    from assay.star.exchange import COLUMNS, campaign_tables
+
+    pool = write(
+        tmp_path,
+        "pool.csv",
+        HEADER
+        + "p1,Ada Quill,red_teamer,,Asian,female,,\n"
+        + "p2,Bo Rask,annotator,medical,Black;White,male,,\n"
+        + "p3,Cy Dunmore,annotator;arbitrator,medical,prefer not to say,female,,\n"
+        + "p4,Di Voss,annotator,medical,White,,,yes\n",
+    )
+    sessions = open_store(f"sqlite:///{tmp_path / 'star.db'}")
+    now = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    with sessions.begin() as session:
+        campaign = create_campaign(session, spec)
+        import_pool(session, campaign, pool)
+        ids = dict(session.execute(select(StarParticipant.external_id, StarParticipant.id)).tuples().all())
+        add_instructions(
+            session, campaign, [{"id": "ins-00001", "number": 1, "rule_id": "medical", "text": "x"}]
+        )
+    red = claim_next(sessions, ids["p1"], "red_team", now=now)
+    with sessions.begin() as session:
+        submit_dialogue(
+            session, red, "topic", [("user", "hi"), ("assistant", "no")], "m", now=now + timedelta(hours=3)
+        )
+    for person, minutes in (("p2", 30), ("p3", 15)):
+        task = claim_next(sessions, ids[person], "annotate", now=now + timedelta(hours=4))
+        submit_annotation(sessions, task, 1, "fine", now=now + timedelta(hours=4, minutes=minutes))
+    with sessions() as session:
+        rows = campaign_tables(session, session.get_one(type(campaign), campaign.id))["participants"]
+    assert [tuple(row) for row in rows] == [COLUMNS["participants"]] * 4  # no id, no name
+    assert sorted((r["red_team_tasks"], r["annotate_tasks"], r["hours"]) for r in rows) == [
+        (0, 0, 0.0),
+        (0, 1, 0.25),
+        (0, 1, 0.5),
+        (1, 0, 3.0),
+    ]
+    summary = participants_summary(pd.DataFrame(rows), spec)
+    assert (summary.pool, summary.took_part, summary.opted_out) == (4, 3, 1)
+    assert summary.roles == {"red_teamer": 1, "annotator": 2, "arbitrator": 1}
+    assert summary.demographics == {
+        "race": {"Asian": 1, "Black": 1, "White": 1, PREFER_NOT_TO_SAY: 1},  # Bo declared two values
+        "gender": {"female": 2, "male": 1},
+    }
+    assert summary.expertise == {"medical": 2, "none": 1}
+    assert summary.tasks["red_team"]["1"] == 1 and summary.tasks["annotate"]["1"] == 2
+    assert summary.hours == {
+        "under 1 h": 2,
+        "1-2 h": 0,
+        "2-5 h": 1,
+        "5-10 h": 0,
+        "10-20 h": 0,
+        "20 h or more": 0,
+    }
+    assert (summary.total_hours, summary.median_tasks, summary.median_hours) == (3.75, 1.0, 0.5)
+    with sessions() as session:
+        tables = campaign_tables(session, session.get_one(type(campaign), campaign.id))
+    report = build_report(spec, {k: pd.DataFrame(v) for k, v in tables.items()}, n_boot=10)
+    assert report.summary["participants"] == summary.model_dump(mode="json")
+    assert list(report.tables["participants"].columns) == ["section", "category", "people"]
+    html = render_html(report, spec)
+    section = html[html.index('id="participants"') : html.index("<h2>Files</h2>")]
+    assert "4 people in the pool, 3 of them" in section and '<td class="l">Black</td><td>1</td>' in section
+    names = ("Ada", "Quill", "Bo Rask", "Cy", "Dunmore", "Voss", "p1", "p2", "p3", "p4")
+    assert not [n for n in names if n in section or n in str(report.summary["participants"])]

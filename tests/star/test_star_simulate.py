@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from sqlalchemy import select
 from assay.models import load_model
 from assay.models.base import GenerationParams
 from assay.star import agents
-from assay.star.assign import get_campaign, list_annotations, list_dialogues
+from assay.star.assign import dialogue_arms, get_campaign, list_annotations, list_dialogues
 from assay.star.simulate import Agents, simulate
 from assay.star.spec import load_spec
 from assay.store import open_store
@@ -74,13 +75,16 @@ def test_scripted_campaign_end_to_end(tmp_path: Path, scripted) -> None:
         assert len(arbitrations) == len(disagreeing) == summary.arbitrations
         tasks = session.scalars(select(StarTask)).all()
         assert all(t.status == "done" for t in tasks)
-        for dialogue in dialogues:  # nobody saw a dialogue twice, in any role
-            people = [
-                t.participant_id
-                for t in tasks
-                if t.dialogue_id == dialogue.id or t.arbitration_of == dialogue.id
-            ]
-            assert len(people) == len(set(people))
+        arms = Counter(dialogue_arms(session, campaign).values())
+    assert summary.arms == dict(sorted(arms.items())) and sum(arms.values()) == 12
+    targeted = sum(n for arm, n in arms.items() if arm != "none")  # the paper's 59/24/17, within one each
+    shares = {"in-group": 0.59, "out-group": 0.24, "both": 0.17}
+    assert targeted == 8 and all(abs(arms[arm] - targeted * share) < 1 for arm, share in shares.items())
+    for dialogue in dialogues:  # nobody saw a dialogue twice, in any role
+        people = [
+            t.participant_id for t in tasks if t.dialogue_id == dialogue.id or t.arbitration_of == dialogue.id
+        ]
+        assert len(people) == len(set(people))
 
 
 def test_parse_rating_and_groups_mentioned() -> None:

@@ -9,7 +9,7 @@ import yaml
 from jinja2.exceptions import SecurityError, UndefinedError
 
 from assay.errors import UserError
-from assay.star.spec import group_label, load_spec, render
+from assay.star.spec import AnnotationArms, CampaignSpec, group_label, load_spec, render
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "star-campaign.yaml"
 
@@ -64,6 +64,21 @@ def _write(tmp_path: Path, change) -> Path:
         (lambda r: r["demographics"].update(attributes={"race": ["Asian"]}), "demographics", "two-way"),
         (lambda r: r["demographics"].update(attributes={}), "(top level)", "a rule targets groups"),
         (lambda r: r.update(in_group_share=1.5), "in_group_share", "less than or equal to 1"),
+        (
+            lambda r: r.update(annotation_arms="half"),
+            "annotation_arms",
+            "unknown preset 'half' (presets: paper",
+        ),
+        (
+            lambda r: r.update(annotation_arms={"in_group": 0.5, "both": 0.2}),
+            "annotation_arms",
+            "add up to 1",
+        ),
+        (lambda r: r.update(annotation_arms={"in": 1}), "annotation_arms.in", "Extra inputs"),
+        (lambda r: r.update(out_group_annotation_share=0.2), "(top level)", "not both"),
+        (lambda r: r["power"].update(difference=0.1), "power", "odds_ratio or difference, not both"),
+        (lambda r: r["power"].update(odds_ratio=None, difference=0.8), "power", "is not a share"),
+        (lambda r: r["power"].update(icc=1.5), "power.icc", "less than or equal to 1"),
     ],
 )
 def test_bad_specs_are_one_line(tmp_path: Path, change, field: str, words: str) -> None:
@@ -90,3 +105,22 @@ def test_spec_without_demographics_loads(tmp_path: Path) -> None:
 
     spec = load_spec(_write(tmp_path, change))
     assert spec.demographics.groups() == [] and [r.id for r in spec.rules] == ["medical"]
+
+
+def test_annotation_arms_presets_mappings_and_the_older_share() -> None:
+    """The example uses the paper's preset; a mapping gives any shares; the older
+    ``out_group_annotation_share: s`` (specs and stored campaigns before the arms) reads as in-group
+    ``1 - s`` and both ``s``, and a campaign stored that way equals the same spec written with arms."""
+    from fractions import Fraction
+
+    spec = load_spec(EXAMPLE)
+    assert spec.annotation_arms == AnnotationArms(in_group=0.59, out_group=0.24, both=0.17)
+    assert spec.annotation_arms.shares() == (Fraction(59, 100), Fraction(24, 100), Fraction(17, 100))
+    raw = {k: v for k, v in spec.model_dump().items() if k != "annotation_arms"}
+    old = CampaignSpec.model_validate({**raw, "out_group_annotation_share": 0.2})
+    new = CampaignSpec.model_validate({**raw, "annotation_arms": {"in_group": 0.8, "both": 0.2}})
+    assert old == new and old.annotation_arms.shares() == (Fraction(4, 5), 0, Fraction(1, 5))
+    assert CampaignSpec.model_validate(raw).annotation_arms.in_group == 1.0  # the default: in-group only
+    thirds = AnnotationArms(in_group=0.333, out_group=0.333, both=0.334).shares()
+    assert sum(thirds) == 1 and thirds[0] == Fraction(333, 1000)
+    assert spec.power.odds_ratio == 2.0 and spec.in_group_fraction() == Fraction(1, 2)

@@ -1,11 +1,14 @@
 """The STAR assignment engine: campaigns, red-team/annotate/arbitrate tasks, atomic claims, shortfalls.
 
 Flow: ``create_campaign`` stores the spec; ``add_instructions`` makes one red-team task per instruction
-(group-targeted ones balanced in-group/out-group by ``in_group_share`` within each group);
-``claim_next`` hands a person the oldest task they may take; ``submit_dialogue`` finishes a red-team task
-and opens ``annotators_per_dialogue`` annotate tasks (plus out-group ablation tasks for a seeded share of
-group-targeted dialogues); ``submit_annotation`` stores a rating and, once the primary ratings of a
-dialogue are all in and two differ by ``arbitration_gap`` or more, opens exactly one arbitrate task.
+(group-targeted ones in-group or out-group by ``in_group_share``, within one task in every group and over
+the campaign: ``balance.in_group_counts``); ``claim_next`` hands a person the oldest task they may take;
+``submit_dialogue`` finishes a red-team task and opens its annotate tasks by the dialogue's annotation arm
+(group-targeted dialogues: in-group only, out-group only, or both, in the spec's shares within one dialogue:
+``balance.arm_of``; other dialogues: ``annotators_per_dialogue`` annotators anyone may be);
+``submit_annotation`` stores a rating and, once the primary ratings of a dialogue are all in and two differ
+by ``arbitration_gap`` or more, opens exactly one arbitrate task (the "both" arm's out-group ratings are
+extra, flagged ``ablation``: they never call for arbitration).
 ``shortfalls`` reports the tasks nobody in the pool may take, by group, and marks them ``waiting``.
 ``release_expired_claims`` puts claims nobody finished in time back in the queue.
 
@@ -21,7 +24,6 @@ filter that defaults to human-only, so the two are never mixed without asking.
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,8 +38,9 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from assay.errors import UserError
 from assay.retry import retry
+from assay.star.balance import arm_of, in_group_counts
 from assay.star.participants import membership
-from assay.star.spec import CampaignSpec, PolicyRule, group_label
+from assay.star.spec import ARMS, CampaignSpec, PolicyRule, group_label
 from assay.store.enums import TASK_ROLE, TaskKind, TaskStatus
 from assay.store.models import utcnow
 from assay.store.star_models import (
@@ -54,6 +57,14 @@ from assay.store.star_models import (
 CLAIMABLE = (TaskStatus.OPEN, TaskStatus.WAITING)
 RETRIES = 20
 REQUIREMENT = {True: "in-group", False: "out-group", None: "anyone"}
+# A dialogue's annotation arm as the export names it, from the requirements of its annotate tasks;
+# "none": the dialogue targets no group.
+ARM_OF_FLAGS = {
+    frozenset({True}): "in-group",
+    frozenset({False}): "out-group",
+    frozenset({True, False}): "both",
+}
+NO_ARM = "none"
 
 
 class Shortfall(NamedTuple):
@@ -106,11 +117,14 @@ def campaign_spec(campaign: StarCampaign) -> CampaignSpec:
 
 
 def create_campaign(session: Session, spec: CampaignSpec, seed: int = 0) -> StarCampaign:
-    """Store a campaign; the same spec again returns it, a different spec under the same name is an error."""
+    """Store a campaign; the same spec again returns it, a different spec under the same name is an error.
+
+    Specs are compared as parsed, so a campaign stored in an older form of the same spec (before the
+    annotation arms, say) still counts as the same."""
     spec_json = spec.model_dump_json()
     existing = session.scalar(select(StarCampaign).where(StarCampaign.name == spec.name))
     if existing is not None:
-        if existing.spec_json == spec_json:
+        if campaign_spec(existing) == spec:
             return existing
         raise UserError(f"campaign {spec.name!r} already exists with a different spec; choose another name")
     campaign = StarCampaign(name=spec.name, spec_json=spec_json, seed=seed)
@@ -176,11 +190,9 @@ def add_instructions(session: Session, campaign: StarCampaign, instructions: Ite
             rows.append(row)
     session.add_all(rows)
     session.flush()
-    requirement = _balance(session, campaign, spec, rows)
-    session.add_all(
-        _new_task(row, TaskKind.RED_TEAM, row.id, in_group=requirement.get(row.id)) for row in rows
-    )
+    session.add_all(_new_task(row, TaskKind.RED_TEAM, row.id) for row in rows)
     session.flush()
+    _balance(session, campaign, spec)
     return len(rows)
 
 
@@ -189,39 +201,64 @@ def _targets_group(spec: CampaignSpec, rule_id: str, label: str) -> bool:
     return bool(label) and spec.rule(rule_id).targets_groups
 
 
-def _balance(
-    session: Session, campaign: StarCampaign, spec: CampaignSpec, rows: Sequence[StarInstruction]
-) -> dict[int, bool]:
-    """In/out-group per new group-targeted instruction, so each group's running share stays within one."""
-    by_group: dict[str, list[StarInstruction]] = {}
-    for row in rows:
-        if _targets_group(spec, row.rule_id, row.group_label):
-            by_group.setdefault(row.group_label, []).append(row)
-    requirement: dict[int, bool] = {}
-    for label, new in sorted(by_group.items()):
-        before, before_in = _red_team_counts(session, campaign.id, label, {r.id for r in new})
-        wanted = math.floor((before + len(new)) * spec.in_group_share + 0.5) - before_in
-        rng = random.Random(f"{campaign.seed}:{label}:{before}")
-        chosen = set(rng.sample(range(len(new)), min(max(wanted, 0), len(new))))
-        requirement.update((row.id, i in chosen) for i, row in enumerate(new))
-    return requirement
+def _balance(session: Session, campaign: StarCampaign, spec: CampaignSpec) -> None:
+    """Decide in-group or out-group for every group-targeted red-team task nobody holds or has done.
 
-
-def _red_team_counts(session: Session, campaign_id: int, label: str, exclude: set[int]) -> tuple[int, int]:
-    """Earlier group-matched red-team tasks of a group: how many, and how many of them in-group."""
+    Tasks already claimed or done keep their requirement; the rest (new ones, and open or waiting ones no
+    person holds, whose requirement nobody has acted on) are decided again together, so a campaign whose
+    instructions arrive in several batches before anyone starts is split as exactly as one added at once.
+    The update is conditional: a task claimed meanwhile keeps the requirement it was claimed under.
+    """
     rows = session.execute(
-        select(StarTask.in_group, func.count())
+        select(StarTask.id, StarTask.rule_id, StarTask.group_label)
+        .where(
+            StarTask.campaign_id == campaign.id,
+            StarTask.kind == TaskKind.RED_TEAM,
+            StarTask.status.in_(CLAIMABLE),
+            StarTask.participant_id.is_(None),
+        )
+        .order_by(StarTask.id)
+    )
+    by_group: dict[str, list[int]] = {}
+    for task_id, rule_id, label in rows:
+        if _targets_group(spec, rule_id, label):
+            by_group.setdefault(label, []).append(task_id)
+    before = _held_counts(session, campaign.id)
+    rng = random.Random(f"{campaign.seed}:balance:{sum(n for n, _ in before.values())}")
+    wanted = in_group_counts(
+        before, {g: len(ts) for g, ts in by_group.items()}, spec.in_group_fraction(), rng
+    )
+    for label, tasks in sorted(by_group.items()):
+        chosen = set(rng.sample(range(len(tasks)), wanted[label]))
+        for flag in (True, False):
+            ids = [task_id for i, task_id in enumerate(tasks) if (i in chosen) == flag]
+            for start in range(0, len(ids), 500):  # bounded IN lists: SQLite caps bound parameters
+                session.execute(
+                    update(StarTask)
+                    .where(StarTask.id.in_(ids[start : start + 500]), StarTask.participant_id.is_(None))
+                    .values(in_group=flag)
+                )
+    session.flush()
+
+
+def _held_counts(session: Session, campaign_id: int) -> dict[str, tuple[int, int]]:
+    """Group-matched red-team tasks that keep their requirement (someone holds or has done them): per group,
+    how many and how many in-group."""
+    rows = session.execute(
+        select(StarTask.group_label, StarTask.in_group, func.count())
         .where(
             StarTask.campaign_id == campaign_id,
             StarTask.kind == TaskKind.RED_TEAM,
-            StarTask.group_label == label,
             StarTask.in_group.is_not(None),
-            StarTask.instruction_id.not_in(exclude),
+            or_(StarTask.status.not_in(CLAIMABLE), StarTask.participant_id.is_not(None)),
         )
-        .group_by(StarTask.in_group)
+        .group_by(StarTask.group_label, StarTask.in_group)
     ).all()
-    counts = {bool(flag): n for flag, n in rows}
-    return sum(counts.values()), counts.get(True, 0)
+    counts: dict[str, tuple[int, int]] = {}
+    for label, flag, n in rows:
+        total, ins = counts.get(label, (0, 0))
+        counts[label] = (total + n, ins + (n if flag else 0))
+    return counts
 
 
 # --- who may take what ----------------------------------------------------------------------------------
@@ -510,14 +547,17 @@ def _new_task(source: StarInstruction | StarTask, kind: str, instruction_id: int
 
 
 def _annotate_tasks(session: Session, campaign: StarCampaign, red_team: StarTask, dialogue_id: int) -> list:
-    """The primary annotate tasks of a dialogue, plus out-group ablation tasks when this dialogue is drawn."""
+    """The annotate tasks of a dialogue, by its annotation arm: (in_group, extra) per task."""
     spec = campaign_spec(campaign)
+    k = spec.annotators_per_dialogue
     targeted = _targets_group(spec, red_team.rule_id, red_team.group_label)
-    wanted: list[tuple[bool | None, bool]] = [
-        (True if targeted else None, False)
-    ] * spec.annotators_per_dialogue
-    if targeted and _ablation_drawn(session, campaign, spec, dialogue_id):
-        wanted += [(False, True)] * spec.annotators_per_dialogue
+    arm = _arm(session, campaign, spec, dialogue_id) if targeted else None
+    wanted: list[tuple[bool | None, bool]] = {
+        None: [(None, False)] * k,
+        "in_group": [(True, False)] * k,
+        "out_group": [(False, False)] * k,
+        "both": [(True, False)] * k + [(False, True)] * k,
+    }[arm]
     return [
         _new_task(
             red_team,
@@ -525,22 +565,16 @@ def _annotate_tasks(session: Session, campaign: StarCampaign, red_team: StarTask
             red_team.instruction_id,
             dialogue_id=dialogue_id,
             in_group=in_group,
-            ablation=ablation,
+            ablation=extra,
         )
-        for in_group, ablation in wanted
+        for in_group, extra in wanted
     ]
 
 
-def _ablation_drawn(session: Session, campaign: StarCampaign, spec: CampaignSpec, dialogue_id: int) -> bool:
-    """Whether this group-targeted dialogue also gets out-group annotations.
-
-    Spread with a seeded offset over the campaign's group-targeted dialogues in order, so after any number
-    n of them the ablated count is floor(n * share) or one more: the share holds at every point, not only
-    on average.
-    """
-    share = spec.out_group_annotation_share
-    if share <= 0:
-        return False
+def _arm(session: Session, campaign: StarCampaign, spec: CampaignSpec, dialogue_id: int) -> str:
+    """The annotation arm of a group-targeted dialogue: its place among the campaign's group-targeted
+    dialogues in order picks it from one fixed sequence (``balance.arm_of``), so after any number of them
+    each arm's count is within one of its share."""
     earlier = session.scalar(
         select(func.count(StarTask.id)).where(
             StarTask.campaign_id == campaign.id,
@@ -549,9 +583,22 @@ def _ablation_drawn(session: Session, campaign: StarCampaign, spec: CampaignSpec
             StarTask.in_group.is_not(None),
         )
     )
-    offset = random.Random(f"{campaign.seed}:ablation").random()
-    n = int(earlier or 0)
-    return math.floor((n + 1) * share + offset) > math.floor(n * share + offset)
+    return ARMS[arm_of(int(earlier or 0), spec.annotation_arms.shares(), campaign.seed)]
+
+
+def dialogue_arms(session: Session, campaign: StarCampaign) -> dict[int, str]:
+    """Each dialogue's annotation arm (``in-group``, ``out-group``, ``both`` or ``none``), read off the
+    requirements of its annotate tasks, which is where the arm was put into effect."""
+    rows = session.execute(
+        select(StarTask.dialogue_id, StarTask.in_group).where(
+            StarTask.campaign_id == campaign.id,
+            StarTask.kind == TaskKind.ANNOTATE,
+        )
+    )
+    seen: dict[int, set[bool | None]] = {}
+    for dialogue_id, in_group in rows:
+        seen.setdefault(dialogue_id, set()).add(in_group)
+    return {d: ARM_OF_FLAGS.get(frozenset(flags), NO_ARM) for d, flags in seen.items()}
 
 
 # --- annotations and arbitration ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ exchange = lazy_module("assay.star.exchange")
 models = lazy_module("assay.models")
 model_base = lazy_module("assay.models.base")
 participants = lazy_module("assay.star.participants")
+planning = lazy_module("assay.star.planning")
 ratings_module = lazy_module("assay.star.ratings")
 simulate_module = lazy_module("assay.star.simulate")
 spec_module = lazy_module("assay.star.spec")
@@ -64,14 +65,95 @@ def design(
     instructions = design_module.draw_design(spec, spec.dialogues if count is None else count, seed)
     table = design_module.design_table(spec, instructions)
     design_module.write_instructions(out, instructions)
+    power_warnings = planning.plan_power(spec, dialogues=table.count).warnings()
     if json_out:
         summary = {"spec": str(spec_path), "out": str(out), "seed": seed, **table.model_dump()}
-        console.print_json(json.dumps(summary))
+        console.print_json(json.dumps({**summary, "power_warnings": power_warnings}))
         return
     _print_table(spec, table)
     console.print(f"{table.count} instructions written to {out} (seed {seed})", highlight=False)
     for line in table.warnings:
         errors.print(f"[yellow]warning:[/] {line}", highlight=False)
+    _print_power_warnings(power_warnings)
+
+
+def _print_power_warnings(lines: list[str]) -> None:
+    """Design-time warnings: the planned campaign is smaller than the group tests need."""
+    for line in lines:
+        errors.print(f"[yellow]warning:[/] {line}", highlight=False)
+
+
+@app.command("plan-power")
+def plan_power(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Campaign spec YAML."),
+    pool: Path | None = typer.Option(None, "--pool", help="Pool CSV or YAML: who may take each side."),
+    count: int | None = typer.Option(None, "--count", "-n", min=1, help="Dialogues (default: the spec's)."),
+    baseline: float | None = typer.Option(None, "--baseline", help="'Broken' share on the out-group side."),
+    odds_ratio: float | None = typer.Option(None, "--odds-ratio", help="Effect as an odds ratio."),
+    difference: float | None = typer.Option(None, "--difference", help="Effect as a difference in shares."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Significance level (two-sided)."),
+    power: float | None = typer.Option(None, "--power", help="Power wanted."),
+    icc: float | None = typer.Option(None, "--icc", help="Correlation of two ratings of one dialogue."),
+    person_icc: float = typer.Option(
+        0.0, "--person-icc", min=0.0, max=1.0, help="Correlation of one person's outcomes (with --pool)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """How many group-targeted dialogues each in-group vs out-group test needs, and whether the plan has them.
+
+    Effect, alpha, power and icc default to the spec's `power` block. Example:
+    assay star plan-power examples/star-campaign.yaml --pool pool.csv --baseline 0.3 --odds-ratio 2
+    """
+    from pydantic import ValidationError
+
+    from assay.errors import validation_error
+
+    spec = spec_module.load_spec(spec_path)
+    if odds_ratio is not None and difference is not None:
+        raise UserError("give --odds-ratio or --difference, not both")
+    given = {"baseline": baseline, "alpha": alpha, "power": power, "icc": icc}
+    given = {k: v for k, v in given.items() if v is not None}
+    if odds_ratio is not None or difference is not None:
+        given |= {"odds_ratio": odds_ratio, "difference": difference}
+    try:
+        target = spec.power.model_validate(spec.power.model_dump() | given)
+    except ValidationError as exc:
+        raise validation_error(exc, "plan-power options") from None
+    people = participants.load_pool(pool, spec) if pool is not None else None
+    plan = planning.plan_power(spec, target, count, people, person_icc)
+    if json_out:
+        console.print_json(plan.model_dump_json())
+        return
+    _print_plan(plan)
+
+
+def _print_plan(plan) -> None:
+    console.print(
+        f"broken {plan.reference:.3g} (out-group) vs {plan.other:.3g} (in-group), Cohen's h {plan.h:.3f}; "
+        f"alpha {plan.alpha:g}, power {plan.power:g}, icc {plan.icc:g}, person icc {plan.person_icc:g}; "
+        f"{plan.dialogues} dialogues planned, {plan.targeted:.0f} of them group-targeted",
+        highlight=False,
+    )
+    table = Table(title="Group-targeted dialogues per test and scope", title_justify="left")
+    for header in ("test", "scope", "planned", "needed", "power", "deff in/out", "note"):
+        table.add_column(header, justify="left" if header in ("test", "scope", "note") else "right")
+    for row in plan.rows:
+        needed = "-" if row.needed is None else f"{row.needed:.0f}"
+        deffs = f"{row.design_effect_in:.2f} / {row.design_effect_out:.2f}"
+        mark = "" if row.enough else "[yellow]short[/] "
+        table.add_row(
+            row.test, row.scope, f"{row.planned:.0f}", needed, f"{row.power:.2f}", deffs, mark + row.note
+        )
+    console.print(table)
+    if plan.pool:
+        pool = Table(title="Pool: people who may take each side", title_justify="left")
+        columns = list(next(iter(plan.pool.values())))
+        pool.add_column("scope")
+        for column in columns:
+            pool.add_column(column, justify="right")
+        for scope, counts in plan.pool.items():
+            pool.add_row(scope, *(str(counts[c]) for c in columns))
+        console.print(pool)
 
 
 def _counts(title: str, header: str, counts: dict[str, int]) -> Table:
@@ -149,6 +231,7 @@ def init(
     with engine.open_store().begin() as session:
         assign_module.create_campaign(session, spec, seed=seed)
     console.print(f"campaign {spec.name} created", highlight=False)
+    _print_power_warnings(planning.plan_power(spec).warnings())
 
 
 @participants_app.command("import")
@@ -291,6 +374,9 @@ def simulate(
         f"{summary.arbitrations} arbitrations, {summary.unparsed_ratings} unparsed ratings (machine-made)",
         highlight=False,
     )
+    if summary.arms:
+        arms = ", ".join(f"{arm} {n}" for arm, n in summary.arms.items())
+        console.print(f"dialogues per annotation arm: {arms}", highlight=False)
     for line in summary.shortfalls:
         errors.print(f"[yellow]shortfall:[/] {line}", highlight=False)
 
@@ -432,8 +518,26 @@ def report(
         None, "--per-source", min=3, help="Dialogues per data set (default: the smallest set's size)."
     ),
     cache: Path | None = typer.Option(None, "--cache", help="Embedding cache (default ASSAY_HOME/cache)."),
-    n_boot: int = typer.Option(1000, "--bootstrap", min=0, max=100_000, help="Bootstrap replicates."),
+    n_boot: int = typer.Option(
+        1000, "--bootstrap", min=0, max=100_000, help="Bootstrap replicates for alpha's CI (0: no interval)."
+    ),
     seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap, sampling and UMAP seed."),
+    min_n: int = typer.Option(
+        5,  # analysis.inference.DEFAULT_MIN_N, written out so `assay --help` does not import statsmodels
+        "--min-n",
+        min=1,
+        max=100_000,
+        help="Fewest dialogues a cell needs before it is tested.",
+    ),
+    paper_tests: bool = typer.Option(
+        False, "--paper-tests", help="Add the seed paper's t-tests and ANOVAs (naive) for comparison."
+    ),
+    theme_labels_path: Path | None = typer.Option(
+        None,
+        "--theme-labels",
+        help="Theme labels, CSV or JSON (the web page's download, or a report's tables/themes_labels.csv); "
+        "default: those agreed on the web for CAMPAIGN.",
+    ),
 ) -> None:
     """Every analysis of a campaign: one self-contained HTML page, CSV tables and a JSON summary.
 
@@ -446,9 +550,13 @@ def report(
     themes = theme_options(
         embedder_name, cache, n_clusters=clusters, n_neighbors=neighbours, per_source=per_source, seed=seed
     )
+    if themes is not None:
+        themes.labels = _theme_labels(theme_labels_path, campaign)
     with progress_bar() as progress:
         progress.add_task("analysing", total=None)
-        result = build_report(spec, frames, others, themes, n_boot=n_boot, seed=seed)
+        result = build_report(
+            spec, frames, others, themes, n_boot=n_boot, seed=seed, min_n=min_n, paper_tests=paper_tests
+        )
     files = write_report(result, spec, out)
     summary = result.summary
     ordinal = summary["reliability"]["ordinal"]
@@ -459,13 +567,32 @@ def report(
         + (
             f"; broken in-group {_fmt(overall['in_group']['share'])} (n={overall['in_group']['n']}) vs "
             f"out-group {_fmt(overall['out_group']['share'])} (n={overall['out_group']['n']}), "
-            f"p={_fmt(overall['p_value'])}"
+            f"p={_fmt(overall['p_value'])} ({overall['reason'] or 'default test'})"
             if overall
             else ""
         ),
         highlight=False,
     )
     console.print(f"{len(files)} files written to {out} (open {out / 'report.html'})", highlight=False)
+    unmatched = summary.get("themes", {}).get("labels_unmatched", [])
+    if unmatched:
+        console.print(
+            f"{len(unmatched)} theme label(s) not shown: no cluster of this map shares more than half of "
+            "their dialogues (the clustering changed); label the new clusters on the web",
+            highlight=False,
+        )
+
+
+def _theme_labels(path: Path | None, campaign: str | None) -> list:
+    """Labels from ``--theme-labels``, else those agreed on the web for the campaign (none for --export)."""
+    from assay.star import theme_labels
+
+    if path is not None:
+        return theme_labels.read_labels(path)
+    if campaign is None:
+        return []
+    with engine.open_store()() as session:
+        return theme_labels.agreed_labels(session, assign_module.get_campaign(session, campaign))
 
 
 def _fmt(value: float | None) -> str:

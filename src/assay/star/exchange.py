@@ -1,14 +1,19 @@
 """Campaign data out and external dialogues in, in one documented schema (JSONL or Parquet).
 
-Export writes three tables (see ``docs/star.md`` for every field):
+Export writes four tables (see ``docs/star.md`` for every field):
 
 * ``instructions``: campaign, id, number, rule_id, rule_area, group, group_label, parameters, template, text;
 * ``dialogues``: campaign, dialogue_id, source, instruction_id, rule_id, group_label, red_teamer,
-  red_teamer_relation (in-group, out-group or none), topic,
-  target_model, machine, started_at, finished_at, pre_annotation, turns [{index, role, text, created_at}];
+  red_teamer_relation (in-group, out-group or none), annotation_arm (in-group, out-group, both or none),
+  topic, target_model, machine, started_at, finished_at, pre_annotation, turns [{index, role, text,
+  created_at}];
 * ``annotations``: campaign, annotation_id, dialogue_id, annotator, annotator_relation, kind, ablation,
   rating (0-based), label, broken, reason, machine, created_at. Arbitrations are rows of kind arbitrate; every
-  annotation is kept.
+  annotation is kept;
+* ``participants``: one row per pool member with no id and no name (rows in an order that says nothing of
+  who is who): roles, expertise, demographics, opted_out, and the tasks done (red_team_tasks,
+  annotate_tasks, arbitrate_tasks, of the machine rows chosen) and hours spent on them (claim to
+  submission), for the report's participants section, which shows counts only.
 
 Machine-made rows are exported only when asked (``machine="include"`` or ``"only"``) and always carry
 ``machine: true``. ``import_hh_rlhf`` turns Anthropic HH-RLHF red-team conversations into dialogue rows
@@ -27,8 +32,8 @@ from sqlalchemy.orm import Session
 
 from assay.errors import UserError, input_error, validation_error
 from assay.fileio import atomic_path, write_text_atomic
-from assay.star.assign import campaign_spec, list_annotations, list_dialogues
-from assay.store.enums import TaskKind
+from assay.star.assign import NO_ARM, campaign_spec, dialogue_arms, list_annotations, list_dialogues
+from assay.store.enums import TaskKind, TaskStatus
 from assay.store.star_models import StarCampaign, StarInstruction, StarParticipant, StarTask
 
 if TYPE_CHECKING:
@@ -41,6 +46,7 @@ FORMATS = ("jsonl", "parquet")
 _MACHINE_FILTER: dict[str, bool | None] = {"exclude": False, "include": None, "only": True}
 SPEC_FILE = "spec.json"
 TABLES = ("instructions", "dialogues", "annotations")
+OPTIONAL_TABLES = ("participants",)  # exports before it existed lack it; the report then skips its section
 COLUMNS = {  # every table's documented columns (docs/star.md), in order
     "instructions": (
         *("campaign", "id", "number", "rule_id", "rule_area", "group", "group_label", "parameters"),
@@ -48,16 +54,20 @@ COLUMNS = {  # every table's documented columns (docs/star.md), in order
     ),
     "dialogues": (
         *("campaign", "dialogue_id", "source", "instruction_id", "rule_id", "group_label", "red_teamer"),
-        *("red_teamer_relation", "topic", "target_model", "machine", "started_at", "finished_at"),
-        *("pre_annotation", "turns"),
+        *("red_teamer_relation", "annotation_arm", "topic", "target_model", "machine", "started_at"),
+        *("finished_at", "pre_annotation", "turns"),
     ),
     "annotations": (
         *("campaign", "annotation_id", "dialogue_id", "annotator", "annotator_relation", "kind"),
         *("ablation", "rating", "label", "broken", "reason", "machine", "created_at"),
     ),
+    "participants": (
+        *("roles", "expertise", "demographics", "opted_out", "red_team_tasks", "annotate_tasks"),
+        *("arbitrate_tasks", "hours"),
+    ),
 }
 # Fields that hold JSON objects or lists; Parquet stores them as JSON strings.
-NESTED = ("group", "parameters", "pre_annotation", "turns")
+NESTED = ("group", "parameters", "pre_annotation", "turns", "roles", "expertise", "demographics")
 
 
 def _time(value: Any) -> str | None:
@@ -92,10 +102,40 @@ def _relations(session: Session, campaign: StarCampaign) -> dict[tuple[str, int]
     return found
 
 
+def _participants(session: Session, campaign: StarCampaign, machine: bool | None) -> list[dict[str, Any]]:
+    """The pool without names or ids, with each person's finished tasks (of the chosen machine rows) and the
+    hours from claim to submission; sorted by content, so the order links no row to a pool id."""
+    work: dict[int, dict[str, float]] = {}
+    query = select(StarTask.participant_id, StarTask.kind, StarTask.claimed_at, StarTask.done_at).where(
+        StarTask.campaign_id == campaign.id,
+        StarTask.status == TaskStatus.DONE,
+        StarTask.participant_id.is_not(None),
+    )
+    if machine is not None:
+        query = query.where(StarTask.machine.is_(machine))
+    for person, kind, claimed, done in session.execute(query):
+        mine = work.setdefault(person, {"hours": 0.0})
+        mine[kind] = mine.get(kind, 0) + 1
+        if claimed is not None and done is not None:
+            mine["hours"] += max((done - claimed).total_seconds(), 0.0) / 3600
+    rows = [
+        {
+            "roles": list(p.roles or []),
+            "expertise": list(p.expertise or []),
+            "demographics": {k: list(v) for k, v in (p.demographics or {}).items()},
+            "opted_out": p.opted_out,
+            **{f"{kind}_tasks": int(work.get(p.id, {}).get(kind, 0)) for kind in TaskKind},
+            "hours": round(work.get(p.id, {}).get("hours", 0.0), 4),
+        }
+        for p in session.scalars(select(StarParticipant).where(StarParticipant.campaign_id == campaign.id))
+    ]
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
+
+
 def campaign_tables(
     session: Session, campaign: StarCampaign, machine: MachineRows = "exclude"
 ) -> dict[str, list]:
-    """The three export tables as lists of plain dicts."""
+    """The four export tables as lists of plain dicts."""
     spec = campaign_spec(campaign)
     people = _people(session, campaign)
     instructions = session.scalars(
@@ -108,6 +148,7 @@ def campaign_tables(
     dialogues = list_dialogues(session, campaign, machine=keep)
     annotations = list_annotations(session, campaign, machine=keep, ablation=None)
     relation = _relations(session, campaign)
+    arms = dialogue_arms(session, campaign)
     return {
         "instructions": [
             {
@@ -134,6 +175,7 @@ def campaign_tables(
                 "group_label": by_row[d.instruction_id].group_label,
                 "red_teamer": people.get(d.red_teamer_id),
                 "red_teamer_relation": relation.get((TaskKind.RED_TEAM, d.id), "none"),
+                "annotation_arm": arms.get(d.id, NO_ARM),
                 "topic": d.topic,
                 "target_model": d.target_model,
                 "machine": d.machine,
@@ -165,6 +207,7 @@ def campaign_tables(
             }
             for a in annotations
         ],
+        "participants": _participants(session, campaign, keep),
     }
 
 
@@ -228,6 +271,7 @@ def _external_row(source: str, number: int, turns: list[dict[str, Any]], target:
         "rule_id": None,
         "group_label": "",
         "red_teamer": None,
+        "annotation_arm": "none",
         "topic": "",
         "target_model": target,
         "machine": False,
@@ -332,7 +376,8 @@ def _table_path(folder: Path, name: str) -> Path:
 def read_export(
     folder: str | Path, spec: CampaignSpec | None = None
 ) -> tuple[CampaignSpec, dict[str, pd.DataFrame]]:
-    """An ``assay star export`` folder: its spec (``spec.json`` unless one is given) and the three tables."""
+    """An ``assay star export`` folder: its spec (``spec.json`` unless one is given) and the tables (the
+    participants table only where the export has one)."""
     from assay.star.spec import CampaignSpec
 
     folder = Path(folder)
@@ -346,4 +391,8 @@ def read_export(
             spec = CampaignSpec.model_validate_json(spec_path.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise validation_error(exc, spec_path) from None
-    return spec, {name: read_table(_table_path(folder, name)) for name in TABLES}
+    frames = {name: read_table(_table_path(folder, name)) for name in TABLES}
+    for name in OPTIONAL_TABLES:
+        if any((folder / f"{name}.{fmt}").exists() for fmt in FORMATS):
+            frames[name] = read_table(_table_path(folder, name))
+    return spec, frames

@@ -2,13 +2,15 @@
 arbitrators, all through the real assignment engine (claims, matching, arbitration), all marked machine-made.
 
 Machine personas cover every combination of the spec's demographic attributes (so every in-group and
-out-group requirement can be met) and every expertise the rules need. Work runs in phases, batched per
-model call: red teaming (topic first, then ``turns`` exchanges), annotation, arbitration.
+out-group requirement can be met, in every annotation arm) and every expertise the rules need. Work runs in
+phases, batched per model call: red teaming (topic first, then ``turns`` exchanges), annotation,
+arbitration. The summary counts the dialogues of each annotation arm.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +25,7 @@ from assay.star.assign import (
     arbitration_view,
     claim_next,
     create_campaign,
+    dialogue_arms,
     shortfalls,
     submit_annotation,
     submit_dialogue,
@@ -46,6 +49,7 @@ class SimulationSummary:
     arbitrations: int = 0
     unparsed_ratings: int = 0
     shortfalls: list[str] = field(default_factory=list)
+    arms: dict[str, int] = field(default_factory=dict)  # dialogues per annotation arm (none: no target)
 
 
 @dataclass(frozen=True)
@@ -232,7 +236,9 @@ def simulate(
                 on_phase(kind, len(tasks))
             phase(tasks)
     with sessions.begin() as session:
-        missing = shortfalls(session, session.get_one(StarCampaign, campaign_id))
+        campaign = session.get_one(StarCampaign, campaign_id)
+        missing = shortfalls(session, campaign)
+        summary.arms = dict(sorted(Counter(dialogue_arms(session, campaign).values()).items()))
     summary.shortfalls = [
         f"{m.kind} {m.group_label or '(no group)'} {m.requirement}: {m.tasks}" for m in missing
     ]

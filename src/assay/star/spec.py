@@ -3,8 +3,10 @@
 The spec names the policy rules (which may target demographic groups and may need expert annotators), the
 instruction parameters and their values, the demographic attributes whose one- and two-way intersections
 group-targeted instructions are drawn from, the instruction templates (sandboxed Jinja2), and the
-collection settings: dialogues wanted, in-group share for red teamers, annotators per dialogue, the Likert
-scale and the arbitration gap. Every problem is one ``UserError`` line naming the file, field and value.
+collection settings: dialogues wanted, in-group share for red teamers, annotators per dialogue, the
+annotation arms (who rates a group-targeted dialogue: in-group members only, out-group only, or both), the
+Likert scale, the arbitration gap, and the effect the group tests are planned to find (``power``). Every
+problem is one ``UserError`` line naming the file, field and value.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,6 +82,85 @@ class Demographics(BaseModel):
         return found
 
 
+ARMS = ("in_group", "out_group", "both")
+ARM_PRESETS: dict[str, dict[str, float]] = {
+    # STAR (Weidinger et al. 2024): dialogues rated by in-group members only, out-group only, and both
+    "paper": {"in_group": 0.59, "out_group": 0.24, "both": 0.17},
+    "in-group": {"in_group": 1.0, "out_group": 0.0, "both": 0.0},
+    "out-group": {"in_group": 0.0, "out_group": 1.0, "both": 0.0},
+    "both": {"in_group": 0.0, "out_group": 0.0, "both": 1.0},
+}
+
+
+class AnnotationArms(BaseModel):
+    """Shares of group-targeted dialogues per annotation arm, summing to 1.
+
+    ``in_group``: ``annotators_per_dialogue`` in-group annotators; ``out_group``: as many out-group ones;
+    ``both``: the in-group annotators plus as many out-group ones on top (the out-group ratings are extra:
+    they never call for arbitration and stay out of reliability). A preset name (``paper``: 59/24/17, the
+    STAR paper's; ``in-group``, the default; ``out-group``; ``both``) may stand for the mapping.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    in_group: float = Field(1.0, ge=0.0, le=1.0)
+    out_group: float = Field(0.0, ge=0.0, le=1.0)
+    both: float = Field(0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, raw: Any) -> Any:
+        if isinstance(raw, str):
+            if raw not in ARM_PRESETS:
+                raise ValueError(f"unknown preset {raw!r} (presets: {', '.join(ARM_PRESETS)})")
+            return ARM_PRESETS[raw]
+        return raw
+
+    @model_validator(mode="after")
+    def _sum(self) -> AnnotationArms:
+        total = self.in_group + self.out_group + self.both
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"the arm shares must add up to 1 (they add up to {total:g})")
+        return self
+
+    def shares(self) -> tuple[Fraction, Fraction, Fraction]:
+        """The shares as exact fractions of the decimals written (0.59 is 59/100), in ``ARMS`` order,
+        scaled to sum to exactly 1, so the assignment engine's running counts never drift."""
+        exact = [Fraction(repr(getattr(self, arm))) for arm in ARMS]
+        total = sum(exact)
+        return exact[0] / total, exact[1] / total, exact[2] / total
+
+
+class PowerTarget(BaseModel):
+    """The effect the group tests are planned to find; ``assay star design`` and ``init`` warn when the
+    planned campaign is too small for it (``assay star plan-power`` gives the whole table). A planning
+    assumption, not a finding: set it from a pilot or the literature."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    baseline: float = Field(0.3, gt=0.0, lt=1.0, description="'Broken' share on the reference side.")
+    odds_ratio: float | None = Field(2.0, gt=0.0, description="Effect as an odds ratio ...")
+    difference: float | None = Field(None, gt=-1.0, lt=1.0, description="... or as a difference in shares.")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    power: float = Field(0.8, gt=0.0, lt=1.0)
+    icc: float = Field(0.5, ge=0.0, le=1.0, description="Correlation of two ratings of one dialogue.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_effect(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and raw.get("difference") is not None:
+            if raw.get("odds_ratio") is not None:
+                raise ValueError("give odds_ratio or difference, not both")
+            return {**raw, "odds_ratio": None}
+        return raw
+
+    @model_validator(mode="after")
+    def _effect(self) -> PowerTarget:
+        if self.difference is not None and not 0.0 < self.baseline + self.difference < 1.0:
+            raise ValueError(f"baseline {self.baseline:g} + difference {self.difference:g} is not a share")
+        if self.odds_ratio is None and self.difference is None:
+            raise ValueError("give odds_ratio or difference")
+        return self
+
+
 def group_label(group: dict[str, str] | None) -> str:
     """``"race=Asian & gender=male"``, or ``""`` for no target group; the key of a design cell."""
     return " & ".join(f"{k}={v}" for k, v in sorted(group.items())) if group else ""
@@ -106,8 +188,25 @@ class CampaignSpec(BaseModel):
     likert: list[Value] = Field(default_factory=lambda: list(DEFAULT_LIKERT), min_length=2, max_length=10)
     broken_levels: int = Field(2, ge=1, description="How many of the first Likert points mean 'broken'.")
     arbitration_gap: int = Field(2, ge=1)
-    out_group_annotation_share: float = Field(0.0, ge=0.0, le=1.0, description="Ablation: extra out-group.")
+    annotation_arms: AnnotationArms = Field(default_factory=AnnotationArms)
     min_cell_size: int = Field(10, ge=1, le=10_000, description="Warn when a planned 2-D cell is smaller.")
+    power: PowerTarget = Field(default_factory=PowerTarget)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_share(cls, raw: Any) -> Any:
+        """``out_group_annotation_share: s`` (specs and stored campaigns before the arms) is the arms
+        ``in_group: 1 - s, both: s``: out-group ratings only ever on top of in-group ones."""
+        if not isinstance(raw, dict) or "out_group_annotation_share" not in raw:
+            return raw
+        raw = dict(raw)
+        share = raw.pop("out_group_annotation_share")
+        if "annotation_arms" in raw:
+            raise ValueError("give annotation_arms or the older out_group_annotation_share, not both")
+        if isinstance(share, int | float) and not isinstance(share, bool) and 0.0 <= share <= 1.0:
+            raw["annotation_arms"] = {"in_group": 1.0 - share, "out_group": 0.0, "both": share}
+            return raw
+        raise ValueError(f"out_group_annotation_share must be a share from 0 to 1 (value: {share!r})")
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignSpec:
@@ -135,6 +234,10 @@ class CampaignSpec(BaseModel):
             if rule.id == rule_id:
                 return rule
         raise UserError(f"unknown rule {rule_id!r}; the campaign has {', '.join(r.id for r in self.rules)}")
+
+    def in_group_fraction(self) -> Fraction:
+        """``in_group_share`` as the exact fraction of the decimal written (0.3 is 3/10), for exact splits."""
+        return Fraction(repr(self.in_group_share))
 
     def is_broken(self, rating: int) -> bool:
         """Whether a 0-based Likert rating counts as 'rule broken' (the binarised label)."""

@@ -6,7 +6,11 @@ for DyePack false-positive rates. ``detection``: the leaderboard's scores of det
 table, TPR at a fixed FPR, expected calibration error, and all scalars at once, overall or per group).
 ``agreement``: Krippendorff's alpha (via the ``krippendorff`` package), its unit bootstrap interval, and
 percent agreement. ``proportions``: two-proportion z-test, Wilson/normal intervals, odds ratio with Woolf
-interval. ``lrtest``: likelihood-ratio tests, including nested logistic fits with statsmodels.
+interval. ``lrtest``: likelihood-ratio tests, including nested logistic fits with statsmodels and the
+automatic switch to ``firth`` (Firth's penalised logistic regression and its penalised LR test) where the MLE
+does not exist. ``clustered``: cluster-robust (one- and two-way) covariances, the clustered difference of two
+shares, and the Rao-Scott design-effect correction of LR tests. ``power``: power and sample size of the
+two-proportion test (statsmodels, arcsine scale) with a design effect for clustered observations.
 
 Names are loaded on first use (PEP 562), so a caller that needs only the tails (``assay dyepack fpr``) does
 not import scipy.stats, krippendorff or statsmodels.
@@ -21,6 +25,17 @@ _HOME = {
     "bootstrap_alpha_ci": "agreement",
     "krippendorff_alpha": "agreement",
     "percent_agreement": "agreement",
+    "ClusteredCov": "clustered",
+    "DifferenceTest": "clustered",
+    "RaoScottTest": "clustered",
+    "cluster_robust_cov": "clustered",
+    "clustered_difference": "clustered",
+    "design_effects": "clustered",
+    "rao_scott_lrtest": "clustered",
+    "FirthFit": "firth",
+    "PenalizedLRTest": "firth",
+    "firth_logit": "firth",
+    "firth_lrtest": "firth",
     "ConfusionTable": "detection",
     "brier_score": "detection",
     "confusion_table": "detection",
@@ -34,8 +49,15 @@ _HOME = {
     "roc_curve": "detection",
     "tpr_at_fpr": "detection",
     "LRTestResult": "lrtest",
+    "LogitLRTest": "lrtest",
     "likelihood_ratio_test": "lrtest",
+    "logit_lrtest": "lrtest",
     "nested_logit_lrtest": "lrtest",
+    "Effect": "power",
+    "design_effect": "power",
+    "n_needed": "power",
+    "planned_effect": "power",
+    "power_at": "power",
     "OddsRatio": "proportions",
     "odds_ratio_ci": "proportions",
     "proportion_ci": "proportions",

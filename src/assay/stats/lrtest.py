@@ -8,7 +8,7 @@ separated, because then the log-likelihood is not a maximum and the chi-square r
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -81,8 +81,8 @@ def _separated(fitted: np.ndarray) -> bool:
     return bool(((fitted < _SEPARATION_EPS) | (fitted > 1 - _SEPARATION_EPS)).any())
 
 
-def _fit_logit_llf(y: np.ndarray, x: np.ndarray, name: str) -> float:
-    """Maximised log-likelihood of a logistic fit, or ValueError when there is no proper maximum.
+def _fit_logit(y: np.ndarray, x: np.ndarray, name: str) -> Any:
+    """A statsmodels logistic fit with a proper maximum, or ValueError when there is none.
 
     statsmodels is imported here, not at module level, so ``import assay.stats`` stays light.
     """
@@ -105,7 +105,12 @@ def _fit_logit_llf(y: np.ndarray, x: np.ndarray, name: str) -> float:
         raise ValueError(f"{name} logistic model did not converge in {_MAX_ITER} iterations")
     if not np.isfinite(result.llf):
         raise ValueError(f"{name} logistic model has a non-finite log-likelihood")
-    return float(result.llf)
+    return result
+
+
+def _fit_logit_llf(y: np.ndarray, x: np.ndarray, name: str) -> float:
+    """Maximised log-likelihood of a logistic fit, or ValueError when there is no proper maximum."""
+    return float(_fit_logit(y, x, name).llf)
 
 
 def nested_logit_lrtest(y: npt.ArrayLike, X_restricted: npt.ArrayLike, X_full: npt.ArrayLike) -> LRTestResult:
@@ -131,3 +136,65 @@ def nested_logit_lrtest(y: npt.ArrayLike, X_restricted: npt.ArrayLike, X_full: n
     llf_full = _fit_logit_llf(outcome, x_full, "full")
     lr, df, p = likelihood_ratio_test(llf_restricted, llf_full, df_diff)
     return LRTestResult(lr, df, p, llf_restricted, llf_full)
+
+
+MLE = "maximum likelihood"
+FIRTH = "Firth penalised likelihood"
+
+
+class LogitLRTest(NamedTuple):
+    """A nested logistic LR test with the method that produced it (``MLE`` or ``FIRTH``) and what a
+    clustered correction needs from the full model: coefficients, model-based covariance (inverse
+    information) and per-row score contributions (the modified score for Firth)."""
+
+    method: str
+    lr: float
+    df: int
+    p_value: float
+    coef: np.ndarray
+    cov: np.ndarray
+    scores: np.ndarray
+    tested: tuple[int, ...]
+
+
+def _mle_test(y: np.ndarray, x_restricted: np.ndarray, x_full: np.ndarray) -> LogitLRTest:
+    llf_restricted = _fit_logit_llf(y, x_restricted, "restricted")
+    full = _fit_logit(y, x_full, "full")
+    lr, df, p = likelihood_ratio_test(
+        llf_restricted, float(full.llf), x_full.shape[1] - x_restricted.shape[1]
+    )
+    fitted = full.predict()
+    info = (x_full * (fitted * (1 - fitted))[:, np.newaxis]).T @ x_full
+    tested = tuple(range(x_restricted.shape[1], x_full.shape[1]))
+    scores = x_full * (y - fitted)[:, np.newaxis]
+    return LogitLRTest(MLE, lr, df, p, np.asarray(full.params), np.linalg.inv(info), scores, tested)
+
+
+def logit_lrtest(
+    y: npt.ArrayLike, X_restricted: npt.ArrayLike, X_full: npt.ArrayLike, firth: bool | None = None
+) -> LogitLRTest:
+    """LR test of the extra columns of ``X_full = [X_restricted | extra]``, by maximum likelihood where its
+    estimate exists and by Firth's penalised likelihood (``assay.stats.firth``) where it does not (separation,
+    divergence) or when ``firth=True`` (small cells, where the MLE exists but is badly biased).
+    ``firth=False`` never falls back and raises as ``nested_logit_lrtest`` does.
+    """
+    from assay.stats.firth import firth_lrtest
+
+    outcome = np.asarray(y, dtype=float).ravel()
+    if not np.isin(outcome, (0.0, 1.0)).all():
+        raise ValueError("y must be binary (0/1)")
+    x_restricted = _design(X_restricted, outcome.size, "X_restricted")
+    x_full = _design(X_full, outcome.size, "X_full")
+    k = x_restricted.shape[1]
+    if x_full.shape[1] <= k or not np.array_equal(x_full[:, :k], x_restricted):
+        raise ValueError("X_full must be X_restricted followed by at least one extra column")
+    if not firth:
+        try:
+            return _mle_test(outcome, x_restricted, x_full)
+        except ValueError:
+            if firth is False:
+                raise
+    test = firth_lrtest(outcome, x_full, range(k, x_full.shape[1]))
+    full = test.full
+    tested = tuple(range(k, x_full.shape[1]))
+    return LogitLRTest(FIRTH, test.lr, test.df, test.p_value, full.coef, full.cov, full.scores, tested)

@@ -1,5 +1,6 @@
 """STAR campaign analysis over the export tables (instructions, dialogues, annotations) as DataFrames:
-reliability of the ratings, group effects, and coverage of the design."""
+reliability of the ratings, group effects (default tests respect clustering, ``inference.py``; the seed
+paper's t-tests and ANOVAs in ``paper.py``), and coverage of the design."""
 
 from assay.star.analysis.coverage import CoverageTable, coverage, coverage_table, evenness
 from assay.star.analysis.embed import (
@@ -12,6 +13,7 @@ from assay.star.analysis.embed import (
     make_embedder,
 )
 from assay.star.analysis.groups import (
+    dialogue_outcomes,
     final_labels,
     group_odds_ratios,
     in_group_annotation,
@@ -20,6 +22,7 @@ from assay.star.analysis.groups import (
     parse_group_label,
     red_team_success,
 )
+from assay.star.analysis.paper import paper_tests
 from assay.star.analysis.reliability import (
     ReliabilityReport,
     arbitration_summary,
@@ -46,6 +49,7 @@ __all__ = [
     "class_tfidf_terms",
     "coverage",
     "coverage_table",
+    "dialogue_outcomes",
     "dialogue_text",
     "embed_texts",
     "evenness",
@@ -55,6 +59,7 @@ __all__ = [
     "interaction_tests",
     "likert_distribution",
     "make_embedder",
+    "paper_tests",
     "parse_group_label",
     "points_frame",
     "red_team_success",

@@ -8,19 +8,23 @@ annotators per dialogue) instead of one mostly-empty row per annotator in the po
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from assay.star.spec import CampaignSpec
-from assay.stats.agreement import Level, bootstrap_alpha_ci, percent_agreement
+from assay.stats.agreement import Level, bootstrap_alpha_ci, krippendorff_alpha, percent_agreement
 from assay.store.enums import TaskKind
 
 ALPHA_TEST = "Krippendorff's alpha, percentile bootstrap over dialogues"
+NO_INTERVAL = "no interval: bootstrap replicates set to 0"
 
 
 class AlphaEstimate(BaseModel):
-    """Alpha, its interval and the sample behind it; ``alpha`` is None with ``reason`` when undefined."""
+    """Alpha, its interval and the sample behind it; ``reason`` says why alpha (None when undefined) or its
+    interval (None when no bootstrap was asked for) is missing."""
 
     model_config = ConfigDict(frozen=True)
     level: str
@@ -114,6 +118,11 @@ def alpha_estimate(
     n_ratings = int(np.sum(~np.isnan(data))) if data.size else 0
     base = dict(level=level, n_units=n_units, n_ratings=n_ratings, confidence=confidence)
     try:
+        if n_boot == 0:  # asked for no interval: the point estimate still stands on its own
+            alpha = krippendorff_alpha(data, level)
+            if not math.isfinite(alpha):
+                raise ValueError("alpha is undefined for these ratings")
+            return AlphaEstimate(alpha=alpha, low=None, high=None, n_boot=0, reason=NO_INTERVAL, **base)
         est = bootstrap_alpha_ci(data, level, n_boot=n_boot, confidence=confidence, seed=seed)
     except ValueError as exc:
         return AlphaEstimate(alpha=None, low=None, high=None, n_boot=0, reason=str(exc), **base)

@@ -22,8 +22,10 @@ from pydantic import BaseModel
 
 from assay import __version__
 from assay.star.agents import UNPARSED
-from assay.star.analysis import groups, plots
+from assay.star.analysis import groups, paper, plots
 from assay.star.analysis.coverage import coverage
+from assay.star.analysis.inference import DEFAULT_MIN_N
+from assay.star.analysis.participants_summary import participants_summary, participants_table
 from assay.star.analysis.reliability import reliability
 from assay.star.spec import CampaignSpec
 from assay.store.enums import TaskKind
@@ -41,6 +43,7 @@ class ThemeOptions:
     n_neighbors: int = 5
     per_source: int | None = None
     seed: int = 0
+    labels: Any = None  # agreed theme labels (``assay.star.theme_labels.ThemeLabel``) to put on the clusters
 
 
 def theme_options(embedder: str, cache: Path | None = None, **options: Any) -> ThemeOptions | None:
@@ -154,7 +157,8 @@ def _themes(
     dialogues: pd.DataFrame, compare: list[pd.DataFrame], campaign: str, options: ThemeOptions
 ) -> tuple[dict[str, Any], dict[str, pd.DataFrame], dict[str, str]]:
     """The thematic map of the campaign's dialogues next to each comparison set."""
-    from assay.star.analysis.themes import points_frame, table_frame, thematic_map
+    from assay.star import theme_labels
+    from assay.star.analysis.themes import cluster_summary, points_frame, table_frame, thematic_map
 
     own = dialogues.assign(source=campaign)
     frames = [own[["dialogue_id", "source", "turns"]]]
@@ -171,7 +175,9 @@ def _themes(
         per_source=options.per_source,
     )
     points = points_frame(theme)
-    summary = _theme_summary(theme)
+    clusters = cluster_summary(theme)
+    labelled, names, rekeyed = theme_labels.for_report(clusters, options.labels or [])
+    summary = _theme_summary(theme) | {"clusters": clusters} | labelled
     terms = pd.DataFrame(
         [
             {"cluster": c, "rank": r, "term": t, "weight": w}
@@ -179,8 +185,9 @@ def _themes(
             for r, (t, w) in enumerate(pairs, start=1)
         ]
     )
-    tables = {"themes_clusters": table_frame(theme), "themes_points": points, "themes_terms": terms}
-    return summary, tables, {"themes_map": plots.theme_scatter(points)}
+    tables = {"themes_clusters": table_frame(theme, names), "themes_points": points, "themes_terms": terms}
+    tables["themes_labels"] = pd.DataFrame(theme_labels.file_rows(rekeyed), columns=theme_labels.FILE_COLUMNS)
+    return summary, tables, {"themes_map": plots.theme_scatter(points, names)}
 
 
 def _without_unparsed(annotations: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -200,19 +207,27 @@ def build_report(
     themes: ThemeOptions | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    min_n: int = DEFAULT_MIN_N,
+    paper_tests: bool = False,
 ) -> Report:
-    """Run every analysis on the export tables; the thematic map only when ``themes.embedder`` is set."""
+    """Run every analysis on the export tables; the thematic map only when ``themes.embedder`` is set.
+    No group test runs on a cell with fewer than ``min_n`` dialogues; ``paper_tests`` adds the seed paper's
+    t-tests and ANOVAs (naive, for comparison)."""
     from assay.star.exchange import with_all_columns
 
     frames = with_all_columns(frames)
     instructions, dialogues, annotations = (frames[k] for k in ("instructions", "dialogues", "annotations"))
     annotations, unparsed = _without_unparsed(annotations)
     rel = reliability(annotations, dialogues, spec, n_boot=n_boot, seed=seed)
-    in_group = groups.in_group_annotation(annotations, dialogues, spec)
+    in_group = groups.in_group_annotation(annotations, dialogues, spec, min_n=min_n)
     likert = groups.likert_distribution(annotations, spec)
-    red_team = groups.red_team_success(dialogues, annotations, spec)
-    odds = groups.group_odds_ratios(dialogues, annotations, spec)
-    interactions = groups.interaction_tests(annotations, dialogues, spec)
+    red_team = [
+        r for m in groups.MEASURES for r in groups.red_team_success(dialogues, annotations, spec, m, min_n)
+    ]
+    odds = [
+        o for m in groups.MEASURES for o in groups.group_odds_ratios(dialogues, annotations, spec, m, min_n)
+    ]
+    interactions = groups.interaction_tests(annotations, dialogues, spec, min_n=min_n)
     cover = coverage(instructions, dialogues)
     summary: dict[str, Any] = {
         "campaign": spec.name,
@@ -226,6 +241,7 @@ def build_report(
             "unparsed_machine_ratings_excluded": unparsed,
             "machine_dialogues": int(dialogues.get("machine", pd.Series(dtype=bool)).fillna(False).sum()),
         },
+        "settings": {"min_n": min_n, "bootstrap": n_boot, "paper_tests": paper_tests},
         "reliability": _dump(rel),
         "in_group_annotation": _dump(in_group),
         "likert_distribution": _dump(likert),
@@ -243,11 +259,20 @@ def build_report(
         "interactions": _flat(interactions),
         "coverage": _coverage_table(cover),
     }
+    if "participants" in frames:  # counts only: exports before the participants table skip the section
+        people = participants_summary(frames["participants"], spec)
+        summary["participants"] = _dump(people)
+        tables["participants"] = participants_table(people)
+    if paper_tests:
+        found = paper.paper_tests(annotations, dialogues, spec, min_n=min_n)
+        summary["paper_tests"] = _dump(found)
+        tables.update({f"paper_{name}": _flat(items) for name, items in found.items()})
     figures = _rule_group_heatmaps(instructions, dialogues, spec)
     if likert and any(x.share.n for x in likert):
         figures["likert"] = plots.likert_plot(likert)
-    if odds:
-        figures["odds_ratios"] = plots.odds_forest(odds)
+    drawn = [o for o in odds if o.odds_ratio is not None and o.measure == "targeted" and not o.pooled]
+    if drawn:
+        figures["odds_ratios"] = plots.odds_forest(drawn)
     if themes is not None and themes.embedder is not None and len(dialogues) >= 3:
         theme_summary, theme_tables, theme_figures = _themes(dialogues, compare or [], spec.name, themes)
         summary["themes"] = theme_summary
