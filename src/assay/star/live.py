@@ -137,15 +137,20 @@ def build_latest_report(
     session: Session, campaign: StarCampaign, user_id: int | None, embedder: str = "none"
 ) -> StarWebReport:
     """Analyse the campaign's human-made data, with the thematic map when ``embedder`` (a name for
-    ``make_embedder``) is not ``none``, and keep the page as the campaign's latest report."""
+    ``make_embedder``) is not ``none`` and the theme labels agreed so far on it, and keep the page as the
+    campaign's latest report."""
     import pandas as pd
 
     from assay.star.analysis.report import build_report, render_html, theme_options
     from assay.star.exchange import campaign_tables
+    from assay.star.theme_labels import agreed_labels
 
     spec = campaign_spec(campaign)
     frames = {k: pd.DataFrame(rows) for k, rows in campaign_tables(session, campaign).items()}
-    result = build_report(spec, frames, themes=theme_options(embedder))
+    themes = theme_options(embedder)
+    if themes is not None:
+        themes.labels = agreed_labels(session, campaign)
+    result = build_report(spec, frames, themes=themes)
     row = latest_report(session, campaign)
     if row is None:
         row = StarWebReport(campaign_id=campaign.id)

@@ -7,6 +7,11 @@
   a reload or a lost connection loses nothing; on submission it becomes a ``StarDialogue`` and the draft
   goes. A draft belongs to one claim: when the claim is released the draft is deleted.
 - ``StarWebReport``: the latest analysis report built from the dashboard (self-contained HTML).
+- ``StarThemeCluster`` / ``StarThemeReview``: theme labelling (``assay.star.theme_labels``). A cluster of a
+  thematic map is keyed by its dialogues' fingerprint and keeps its member ids, so its label outlives the
+  report it was read from; each of its two reviews holds a slot (1 or 2), so a third reviewer arriving at
+  the same moment hits the unique constraint instead of slipping in; the agreed or settled label is stored
+  on the cluster.
 """
 
 from __future__ import annotations
@@ -75,3 +80,35 @@ class StarWebReport(Base):
     summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
+
+
+class StarThemeCluster(Base):
+    __tablename__ = "star_web_theme_clusters"
+    __table_args__ = (UniqueConstraint("campaign_id", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("star_campaigns.id"))
+    key: Mapped[str] = mapped_column(String(64))  # themes.cluster_key of the members
+    members: Mapped[list[str]] = mapped_column(JSON, default=list)  # the map's dialogue ids
+    terms: Mapped[list[str]] = mapped_column(JSON, default=list)  # shown to the reviewers
+    label: Mapped[str | None] = mapped_column(String(200))  # once agreed or settled
+    decision: Mapped[str | None] = mapped_column(String(20))  # agreed / settled; None: not yet
+    decided_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))  # the settler
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+
+    reviews: Mapped[list[StarThemeReview]] = relationship(
+        cascade="all, delete-orphan", order_by="StarThemeReview.slot", lazy="selectin"
+    )
+
+
+class StarThemeReview(Base):
+    __tablename__ = "star_web_theme_reviews"
+    __table_args__ = (UniqueConstraint("cluster_id", "slot"), UniqueConstraint("cluster_id", "user_id"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("star_web_theme_clusters.id", ondelete="CASCADE"))
+    slot: Mapped[int] = mapped_column(Integer)  # 1 or 2: two reviewers per cluster, never three
+    user_id: Mapped[int] = mapped_column(ForeignKey("web_users.id"))
+    label: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)

@@ -97,8 +97,10 @@ def heatmap(table: pd.DataFrame, title: str, colourbar: str) -> str:
     return _data_uri(fig)
 
 
-def theme_scatter(points: pd.DataFrame) -> str:
-    """The 2-D thematic map: colour = cluster (numbered at its centre), marker = data set."""
+def theme_scatter(points: pd.DataFrame, labels: dict[int, str] | None = None) -> str:
+    """The 2-D thematic map: colour = cluster (numbered at its centre, with its label when it has one),
+    marker = data set."""
+    labels = labels or {}
     fig = _figure(7.5, 6)
     ax = fig.add_subplot()
     markers = ["o", "^", "s", "D", "v", "P", "X"]
@@ -115,11 +117,13 @@ def theme_scatter(points: pd.DataFrame) -> str:
             label=f"{source} (n={len(part)})",
         )
     for cluster, part in points.groupby("cluster"):
-        ax.annotate(str(cluster), (part["x"].median(), part["y"].median()), fontsize=8, weight="bold")
+        name = f"{cluster}: {labels[cluster]}" if cluster in labels else str(cluster)
+        ax.annotate(name, (part["x"].median(), part["y"].median()), fontsize=8, weight="bold")
     ax.legend(fontsize=8, markerscale=2)
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.set_title("Thematic map: UMAP of dialogue embeddings, Ward clusters numbered", fontsize=9)
+    named = "numbered and labelled" if labels else "numbered"
+    ax.set_title(f"Thematic map: UMAP of dialogue embeddings, Ward clusters {named}", fontsize=9)
     return _data_uri(fig)
 
 

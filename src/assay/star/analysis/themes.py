@@ -10,8 +10,9 @@ at all.
 
 from __future__ import annotations
 
+import hashlib
 import warnings
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
 import numpy as np
@@ -170,14 +171,17 @@ def downsample(
 
 
 def _umap_coordinates(vectors: np.ndarray, n_neighbors: int, seed: int) -> np.ndarray:
-    """2-D UMAP of the embeddings (cosine); with a random_state UMAP runs single-threaded and repeats
-    exactly."""
+    """2-D UMAP of the embeddings (cosine), started from PCA: UMAP's default spectral start is not repeatable
+    when a small pilot's neighbour graph falls apart into pieces, and fails outright on three points; with a
+    PCA start and a random_state UMAP runs single-threaded and repeats exactly."""
     import umap
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*n_jobs.*overridden.*")
         warnings.filterwarnings("ignore", message=".*(spectral|disconnected|connected components).*")
-        reducer = umap.UMAP(n_neighbors=n_neighbors, metric="cosine", random_state=seed, n_components=2)
+        reducer = umap.UMAP(
+            n_neighbors=n_neighbors, metric="cosine", random_state=seed, n_components=2, init="pca"
+        )
         return np.asarray(reducer.fit_transform(vectors), dtype=float)
 
 
@@ -278,13 +282,68 @@ def points_frame(theme: ThemeMap) -> pd.DataFrame:
     return pd.DataFrame([p.model_dump() for p in theme.points], columns=columns)
 
 
-def table_frame(theme: ThemeMap) -> pd.DataFrame:
-    """One row per cluster: n, ``count_<source>`` and ``share_<source>`` columns, and the top terms."""
+def table_frame(theme: ThemeMap, labels: dict[int, str] | None = None) -> pd.DataFrame:
+    """One row per cluster: n, ``count_<source>`` and ``share_<source>`` columns, and the top terms; with
+    ``labels`` (cluster -> label), also each cluster's ``key`` (``cluster_key``) and ``label`` ("" for
+    none), so the table is itself a labels file ``assay star report --theme-labels`` reads back."""
+    keys = {c: cluster_key(members) for c, members in cluster_members(theme).items()}
     rows = []
     for row in theme.table:
         flat: dict[str, object] = {"cluster": row.cluster, "n": row.n}
         flat |= {f"count_{s}": v for s, v in row.counts.items()}
         flat |= {f"share_{s}": v for s, v in row.shares.items()}
         flat["terms"] = " ".join(term for term, _ in theme.terms.get(row.cluster, []))
+        if labels is not None:
+            flat["key"], flat["label"] = keys[row.cluster], labels.get(row.cluster, "")
         rows.append(flat)
     return pd.DataFrame(rows)
+
+
+# --- what theme labels hold on to ------------------------------------------------------------------------
+
+
+def cluster_key(members: Iterable[str]) -> str:
+    """A cluster's fingerprint: the first 16 hex digits of SHA-256 over its sorted dialogue ids.
+
+    Cluster numbers follow size and move whenever anything changes; a label has to stay with the dialogues
+    it describes, so it is keyed by them. The same data mapped again gives the same key; a map where the
+    cluster gained or lost a single dialogue gives another (labels then carry over by overlap, see
+    ``assay.star.theme_labels``)."""
+    text = "\n".join(sorted(set(members)))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def cluster_members(theme: ThemeMap) -> dict[int, list[str]]:
+    """Each cluster's dialogue ids, sorted."""
+    found: dict[int, list[str]] = {row.cluster: [] for row in theme.table}
+    for point in theme.points:
+        found[point.cluster].append(point.dialogue_id)
+    return {c: sorted(ids) for c, ids in found.items()}
+
+
+def typical_members(theme: ThemeMap, k: int = 3) -> dict[int, list[str]]:
+    """Each cluster's ``k`` dialogues nearest its median point on the map (ties by id): the ones a person
+    labelling the cluster reads first."""
+    frame = points_frame(theme)
+    found = {}
+    for cluster, part in frame.groupby("cluster", sort=True):
+        centre = part[["x", "y"]].median().to_numpy()
+        distance = np.hypot(part["x"].to_numpy() - centre[0], part["y"].to_numpy() - centre[1])
+        order = sorted(zip(distance, part["dialogue_id"], strict=True))
+        found[int(cluster)] = [str(d) for _, d in order[:k]]
+    return found
+
+
+def cluster_summary(theme: ThemeMap, samples: int = 3) -> list[dict[str, object]]:
+    """Per cluster, what labelling needs and a report keeps: number, key, size, member ids, samples."""
+    members, typical = cluster_members(theme), typical_members(theme, samples)
+    return [
+        {
+            "cluster": c,
+            "key": cluster_key(ids),
+            "n": len(ids),
+            "members": ids,
+            "samples": typical.get(c, []),
+        }
+        for c, ids in members.items()
+    ]

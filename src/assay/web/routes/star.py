@@ -6,7 +6,8 @@ Routes parse, call ``assay.star`` and render; the rules live there. Who sees and
 it, with the web role for its kind; ``NotYours`` becomes a 404 so task ids reveal nothing, ``NotAllowed`` a
 403; annotators never see another rating, arbitrators see the primary ratings with their reasons; the
 engine's ``claim_next`` enforces matching). How far a campaign has got is ``assay.star.status``; its
-settings and report are ``assay.star.live``. No GET writes: expired claims are hidden at once by the
+settings and report are ``assay.star.live``; who labels and settles the thematic map's clusters, and what
+they see, is ``assay.star.theme_labels``. No GET writes: expired claims are hidden at once by the
 workflow's reads and released by the app's sweeper (``assay.web.sweeper``).
 
 Model replies and report builds run as background jobs (``assay.web.background``): a reply is generated
@@ -31,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.star import live, status, workflow
+from assay.star import live, status, theme_labels, workflow
 from assay.star.status import CampaignStatus
 from assay.star.workflow import KIND_LABEL
 from assay.store.enums import STAR_ROLES, Role, TaskKind, TaskStatus
@@ -62,6 +63,9 @@ REPORT_CSP = (  # the report is self-contained: inline styles, figures as data U
 MODEL_FAILED = "the target model failed; ask for the reply again"
 
 WorkerUser = Annotated[WebUser, Depends(require(*WORKER_ROLES))]
+ThemeReviewer = Annotated[WebUser, Depends(require(Role.ANNOTATOR, Role.ARBITRATOR))]
+ClusterKey = Annotated[str, Form(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
+ThemeLabelText = Annotated[PlainText, Form(min_length=1, max_length=theme_labels.MAX_LABEL)]
 Organiser = Annotated[WebUser, Depends(require(Role.ORGANISER))]
 TaskId = Annotated[int, path_id("A task id from your task list.")]
 CampaignName = Annotated[str, Path(min_length=1, max_length=100)]
@@ -429,6 +433,69 @@ def show_report(session: DbSession, user: Organiser, name: CampaignName) -> Resp
     return HTMLResponse(row.html, headers={"content-security-policy": REPORT_CSP})
 
 
+# --- theme labelling: the rules are assay.star.theme_labels ----------------------------------------------
+
+
+def _reviewer(session: Session, user: WebUser) -> theme_labels.Reviewer:
+    """The account as theme labelling sees it: roles and the campaigns it is a pool member of."""
+    return theme_labels.Reviewer(
+        user_id=user.id,
+        organiser=Role.ORGANISER in user.roles,
+        roles=frozenset(user.roles),
+        campaign_ids=frozenset(p.campaign_id for p in participants_of(session, user)),
+    )
+
+
+def _themes_page(
+    request: Request,
+    session: Session,
+    user: WebUser,
+    campaign: StarCampaign,
+    status_code: int = 200,
+    **extra: Any,
+) -> Response:
+    found = theme_labels.board(session, campaign, _reviewer(session, user))
+    return render(request, "star_themes.html", status_code, campaign=campaign, board=found, **extra)
+
+
+@pages.get("/campaigns/{name}/themes", response_class=HTMLResponse)
+def themes(request: Request, session: DbSession, user: ThemeReviewer, name: CampaignName) -> Response:
+    """The clusters of the latest map: terms, typical dialogues, your label, and disagreements to settle."""
+    return _themes_page(request, session, user, _campaign(session, name))
+
+
+@pages.post("/campaigns/{name}/themes/{action}", response_class=HTMLResponse)
+def label_theme(
+    request: Request,
+    session: DbSession,
+    user: ThemeReviewer,
+    name: CampaignName,
+    action: Annotated[Literal["label", "settle"], Path()],
+    key: ClusterKey,
+    label: ThemeLabelText,
+) -> Response:
+    """Label a cluster (two reviewers) or settle it (a third, where the two differ)."""
+    campaign = _campaign(session, name)
+    change = theme_labels.review if action == "label" else theme_labels.settle
+    try:
+        change(session, campaign, _reviewer(session, user), key, label)
+    except UserError as err:
+        session.rollback()
+        return _themes_page(request, session, user, campaign, 400, error=str(err), failed_key=key)
+    return redirect(f"/star/campaigns/{campaign.name}/themes#cluster-{key}")
+
+
+@pages.get("/campaigns/{name}/themes/labels.csv")
+def theme_labels_csv(session: DbSession, user: ThemeReviewer, name: CampaignName) -> Response:
+    """The decided labels as CSV, for ``assay star report --theme-labels``."""
+    campaign = _campaign(session, name)
+    return Response(
+        theme_labels.labels_csv(theme_labels.decided_labels(session, campaign, _reviewer(session, user))),
+        media_type="text/csv; charset=utf-8",
+        headers={"content-disposition": f'attachment; filename="{campaign.name}-theme-labels.csv"'},
+    )
+
+
 # --- JSON API -------------------------------------------------------------------------------------------
 
 
@@ -597,6 +664,69 @@ def api_annotate(session: DbSession, user: WorkerUser, task_id: TaskId, body: An
 )
 def api_progress(session: DbSession, user: Organiser, name: CampaignName) -> CampaignStatus:
     return status.campaign_status(session, _campaign(session, name))
+
+
+class ThemeLabelIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$", description="the cluster's key")
+    label: Annotated[PlainText, Field(min_length=1, max_length=theme_labels.MAX_LABEL)]
+
+
+class ThemeLabelOut(BaseModel):
+    key: str
+    status: theme_labels.Status
+
+
+class ThemeLabelsOut(BaseModel):
+    labels: list[theme_labels.ThemeLabel] = Field(description="decided labels, oldest first")
+
+
+THEMES_REFUSED = {**FORBIDDEN, **REFUSED, 404: {"description": "No such campaign"}}
+
+
+@api.get(
+    "/campaigns/{name}/themes",
+    response_model=theme_labels.ThemeBoard,
+    summary="The latest thematic map's clusters and their labels, as you may see them",
+    responses=THEMES_REFUSED,
+)
+def api_themes(session: DbSession, user: ThemeReviewer, name: CampaignName) -> theme_labels.ThemeBoard:
+    return theme_labels.board(session, _campaign(session, name), _reviewer(session, user))
+
+
+@api.get(
+    "/campaigns/{name}/themes/labels",
+    response_model=ThemeLabelsOut,
+    summary="The decided theme labels (what `assay star report --theme-labels` reads)",
+    responses=THEMES_REFUSED,
+)
+def api_theme_labels(session: DbSession, user: ThemeReviewer, name: CampaignName) -> ThemeLabelsOut:
+    labels = theme_labels.decided_labels(session, _campaign(session, name), _reviewer(session, user))
+    return ThemeLabelsOut(labels=labels)
+
+
+@api.post(
+    "/campaigns/{name}/themes/{action}",
+    response_model=ThemeLabelOut,
+    summary="Label a cluster (two reviewers), or settle one they named differently (a third)",
+    responses=THEMES_REFUSED,
+)
+def api_label_theme(
+    session: DbSession,
+    user: ThemeReviewer,
+    name: CampaignName,
+    action: Annotated[Literal["label", "settle"], Path()],
+    body: ThemeLabelIn,
+) -> ThemeLabelOut:
+    campaign = _campaign(session, name)
+    reviewer = _reviewer(session, user)
+    if action == "label":
+        done = theme_labels.review(session, campaign, reviewer, body.key, body.label)
+    else:
+        theme_labels.settle(session, campaign, reviewer, body.key, body.label)
+        done = "settled"
+    session.commit()
+    return ThemeLabelOut(key=body.key, status=done)
 
 
 router = APIRouter()
