@@ -302,7 +302,7 @@ def test_explicit_per_source_and_small_inputs():
     assert {v.sampled for v in theme.n_by_source.values()} == {3}
     one_source = thematic_map(dialogues[dialogues["source"] == "A"].head(6), HashingEmbedder(), n_clusters=2)
     assert one_source.independence is None and "fewer than 2 sources" in one_source.reason
-    three = [thematic_map(dialogues.head(3), HashingEmbedder(), seed=0) for _ in range(2)]  # spectral start failed
+    three = [thematic_map(dialogues.head(3), HashingEmbedder(), seed=0) for _ in range(2)]  # spectral failed
     assert three[0].n == 3 and three[0].points == three[1].points
     pilot = [thematic_map(dialogues.head(12), HashingEmbedder(), n_neighbors=2, seed=0) for _ in range(2)]
     assert pilot[0].points == pilot[1].points  # a graph in pieces: the spectral start did not repeat

@@ -171,18 +171,38 @@ def downsample(
 
 
 def _umap_coordinates(vectors: np.ndarray, n_neighbors: int, seed: int) -> np.ndarray:
-    """2-D UMAP of the embeddings (cosine), started from PCA: UMAP's default spectral start is not repeatable
-    when a small pilot's neighbour graph falls apart into pieces, and fails outright on three points; with a
-    PCA start and a random_state UMAP runs single-threaded and repeats exactly."""
+    """2-D UMAP of the embeddings (cosine) from a start of our own; with a random_state UMAP runs
+    single-threaded and then repeats exactly."""
     import umap
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*n_jobs.*overridden.*")
         warnings.filterwarnings("ignore", message=".*(spectral|disconnected|connected components).*")
         reducer = umap.UMAP(
-            n_neighbors=n_neighbors, metric="cosine", random_state=seed, n_components=2, init="pca"
+            n_neighbors=n_neighbors,
+            metric="cosine",
+            random_state=seed,
+            n_components=2,
+            init=_pca_start(vectors, seed),
         )
         return np.asarray(reducer.fit_transform(vectors), dtype=float)
+
+
+def _pca_start(vectors: np.ndarray, seed: int) -> np.ndarray:
+    """The first two principal components scaled to UMAP's usual +-10, plus a little seeded jitter.
+
+    UMAP's default spectral start does not repeat when a small pilot's neighbour graph falls apart into
+    pieces and fails outright on three points; its own "pca" start divides by zero (NaN) when the
+    dialogues embed alike. This one is defined for any input.
+    """
+    centred = vectors - vectors.mean(axis=0)
+    _, _, components = np.linalg.svd(centred, full_matrices=False)
+    start = np.zeros((len(vectors), 2))
+    projected = centred @ components[:2].T
+    start[:, : projected.shape[1]] = projected
+    spread = np.abs(start).max()
+    start = start * (10.0 / spread) if spread > 1e-12 else start
+    return start + np.random.default_rng(seed).normal(scale=1e-4, size=start.shape)
 
 
 def _clusters(coordinates: np.ndarray, n_clusters: int) -> np.ndarray:
