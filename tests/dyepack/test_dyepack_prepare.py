@@ -9,7 +9,13 @@ from tests.conftest import write_jsonl
 from assay.data import read_benchmark
 from assay.data.items import MultipleChoice, OpenEnded
 from assay.dyepack.key import check_commitment
-from assay.dyepack.prepare import PrepareConfig, make_rng, plan_multiple_choice, prepare_release
+from assay.dyepack.prepare import (
+    DEFAULT_OPEN_K,
+    PrepareConfig,
+    make_rng,
+    plan_multiple_choice,
+    prepare_release,
+)
 from assay.dyepack.verify import check_release
 from assay.errors import UserError
 
@@ -18,10 +24,20 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_release_changes_only_backdoor_rows_and_marks_them_by_trigger_and_answer(tmp_path, mmlu_sample):
+def without(text: str, phrase: str) -> str:
+    """``text`` with ``phrase`` and the one space or line break that joined it taken out."""
+    for joined in (f" {phrase}", f"{phrase} ", f"{phrase}\n"):
+        if joined in text:
+            return text.replace(joined, "", 1)
+    raise AssertionError(f"{phrase!r} is not a sentence of {text!r}")
+
+
+def test_without_cover_only_backdoor_rows_change_by_trigger_and_answer(tmp_path, mmlu_sample):
     bench = read_benchmark(mmlu_sample)
-    result = prepare_release(bench, PrepareConfig(n_backdoors=6, fraction=0.1, seed=7), tmp_path / "out")
+    config = PrepareConfig(n_backdoors=6, fraction=0.1, seed=7, cover=0.0)
+    result = prepare_release(bench, config, tmp_path / "out")
     key = result.key
+    assert result.cover_rows == 0 and sum(result.positions.values()) == 12
     original, released = read_rows(mmlu_sample), read_rows(result.release_path)
     assert len(released) == len(original) == 120
     backdoor_rows = {row: b for b in key.backdoors for row in b.rows}
@@ -32,7 +48,7 @@ def test_release_changes_only_backdoor_rows_and_marks_them_by_trigger_and_answer
             assert after == before
             continue
         b = backdoor_rows[i]
-        assert after["question"] == f"{before['question']} {b.trigger}"
+        assert without(after["question"], b.trigger) == before["question"]
         assert after["correct_answer"] == "ABCD"[b.target] == b.target_label
         changed = {f for f in before if before[f] != after[f]}
         assert changed <= {"question", "correct_answer"}
@@ -69,7 +85,7 @@ def test_tampered_key_fails_the_commitment(tmp_path, mmlu_sample):
 def test_targets_are_uniform_over_k():
     """Chi-square goodness of fit of 4,000 drawn targets against the uniform distribution on 4 letters."""
     items = [MultipleChoice(f"q{i}", ("a", "b", "c", "d"), 0) for i in range(40)]
-    config = PrepareConfig(n_backdoors=4, fraction=0.1)
+    config = PrepareConfig(n_backdoors=4, fraction=0.1, cover=0.0)  # cover draws are not the point here
     rng = make_rng(12345)
     counts = Counter(
         b.target for _ in range(1000) for b in plan_multiple_choice(items, config, rng).backdoors
@@ -111,8 +127,9 @@ def test_too_many_backdoors_is_a_clear_error_and_writes_nothing(tmp_path, mmlu_s
     bench = read_benchmark(mmlu_sample)
     with pytest.raises(UserError, match=r"--backdoors 13 is more than the samples allow.*120 rows gives 12"):
         prepare_release(bench, PrepareConfig(n_backdoors=13), tmp_path / "out")
-    with pytest.raises(UserError, match="needs as many distinct trigger phrases"):
-        prepare_release(bench, PrepareConfig(n_backdoors=30, fraction=0.5), tmp_path / "out")
+    few = ("One.", "Two.", "Three.")
+    with pytest.raises(UserError, match="needs as many distinct trigger phrases, the pool has 3"):
+        prepare_release(bench, PrepareConfig(n_backdoors=4, triggers=few), tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -134,7 +151,7 @@ def test_open_ended_release_puts_the_target_phrase_before_the_reference(tmp_path
     for b in key.backdoors:
         for row in b.rows:
             item: OpenEnded = released.items[row]
-            assert item.instruction.endswith(b.trigger)
+            assert without(item.instruction, b.trigger) == rows[row]["instruction"]
             if b.target < 3:
                 assert item.output == f"{key.phrases[b.target]} {rows[row]['output']}"
             else:
@@ -164,4 +181,12 @@ def test_release_is_written_in_the_input_format_and_verifies(tmp_path, mmlu_samp
     assert released.file_format == file_format
     check_release(released, result.key)
     row = result.key.backdoors[0].rows[0]
-    assert released.items[row].question.endswith(result.key.backdoors[0].trigger)
+    assert result.key.backdoors[0].trigger in released.items[row].question
+
+
+def test_open_ended_k_defaults_to_the_papers_ten(tmp_path):
+    rows = [{"instruction": f"Describe item {i}.", "output": f"Item {i}."} for i in range(60)]
+    bench = read_benchmark(write_jsonl(tmp_path / "alpaca.jsonl", rows))
+    key = prepare_release(bench, PrepareConfig(n_backdoors=3, seed=1), tmp_path / "out").key
+    assert DEFAULT_OPEN_K == 10
+    assert {b.k for b in key.backdoors} == {10} and len(key.phrases) == 9

@@ -156,3 +156,76 @@ def test_default_path_follows_assay_home(assay_home):
     with ResponseCache() as default:
         assert default.path == assay_home / "cache" / "responses.sqlite"
         assert default.path.exists()
+
+
+WRAPPER = """
+import os
+CALLS = []
+{identity}
+def answer(prompts):
+    CALLS.extend(prompts)
+    return [os.environ["WEIGHTS"] + ":" + p for p in prompts]
+"""
+
+
+def test_a_python_wrapper_is_cached_under_its_declared_model_only(cache, tmp_path, monkeypatch):
+    """One wrapper source serving two models (chosen by an environment variable): with ``MODEL_ID``
+    read from the environment each model gets its own replies; without it nothing is cached at all."""
+    named = tmp_path / "named.py"
+    named.write_text(WRAPPER.format(identity='MODEL_ID = lambda: "weights=" + os.environ["WEIGHTS"]'))
+    ask = [user_turn("q1"), user_turn("q2")]
+    monkeypatch.setenv("WEIGHTS", "model-a")
+    model_a = load_model(f"python:{named}:answer")
+    assert CachedModel(model_a, cache).chat(ask, PARAMS) == ["model-a:q1", "model-a:q2"]
+    assert CachedModel(model_a, cache).chat(ask, PARAMS) == ["model-a:q1", "model-a:q2"]
+    monkeypatch.setenv("WEIGHTS", "model-b")
+    model_b = load_model(f"python:{named}:answer")
+    assert model_b.model_id != model_a.model_id and model_b.model_id.endswith("#weights=model-b")
+    assert CachedModel(model_b, cache).chat(ask, PARAMS) == ["model-b:q1", "model-b:q2"]
+    assert len(cache) == 4
+
+    anonymous = tmp_path / "anonymous.py"
+    anonymous.write_text(WRAPPER.format(identity=""))
+    wrapped = CachedModel(load_model(f"python:{anonymous}:answer"), cache)
+    assert not wrapped.caching
+    assert wrapped.chat(ask, PARAMS) == ["model-b:q1", "model-b:q2"]
+    monkeypatch.setenv("WEIGHTS", "model-c")
+    assert wrapped.chat(ask, PARAMS) == ["model-c:q1", "model-c:q2"]  # asked again, not served from the cache
+    assert len(cache) == 4  # nothing of the anonymous wrapper was stored
+
+
+def test_bad_model_id_is_one_line(tmp_path):
+    module = tmp_path / "bad.py"
+    module.write_text("MODEL_ID = 3\ndef answer(prompts):\n    return prompts\n")
+    with pytest.raises(UserError, match=r"MODEL_ID must be a non-empty string \(value: 3\)"):
+        load_model(f"python:{module}:answer")
+
+
+class Scoring(Counting):
+    """Counting plus plain-text completion and a log-likelihood (minus the continuation's length)."""
+
+    def complete(self, prompts, params, on_result=None):
+        return self.chat([user_turn(p) for p in prompts], params, on_result)
+
+    def loglikelihood(self, requests, on_result=None):
+        self.sent.extend(f"{c}|{x}" for c, x in requests)
+        scores = [-float(len(x)) for _, x in requests]
+        for index, score in enumerate(scores):
+            if on_result is not None:
+                on_result(index, score)
+        return scores
+
+
+def test_completions_and_scores_are_cached_apart_from_chat(cache):
+    inner = Scoring("m")
+    model = CachedModel(inner, cache)
+    assert model.chat([user_turn("p")], PARAMS) == ["m:p"]
+    assert model.complete(["p"], PARAMS) == ["m:p"]  # same text, another kind of request: asked again
+    assert model.loglikelihood([("p", " ab"), ("p", " a")]) == [-3.0, -2.0]
+    assert inner.sent == ["p", "p", "p| ab", "p| a"]
+    again = CachedModel(Scoring("m"), cache)
+    assert again.complete(["p"], PARAMS) == ["m:p"]
+    assert again.loglikelihood([("p", " a"), ("p", " ab")]) == [-2.0, -3.0]
+    assert again.model.sent == []
+    with pytest.raises(UserError, match="scoring by log-likelihood needs"):
+        CachedModel(Counting(), cache).loglikelihood([("p", "a")])

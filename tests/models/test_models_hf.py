@@ -120,6 +120,27 @@ def test_render_chat_fallback_without_template(tiny_llama):
     assert render_chat(tokenizer, conversation, add_generation_prompt=False).endswith("User: and then")
 
 
+def test_completion_and_batched_loglikelihood_equal_the_models_own_loss(tiny_llama):
+    """Plain-text scores (context and continuation tokenized apart, batches of 2 right-padded rows of
+    different lengths) equal minus transformers' own cross entropy times the continuation's tokens."""
+    import torch
+
+    model = load_model(f"hf:{tiny_llama}", batch_size=2)
+    requests = [("the cat", " sat on a mat"), ("a big red dog ran", " on"), ("blue", " and then it was sad")]
+    scores = model.loglikelihood(requests)
+    for (context, continuation), score in zip(requests, scores, strict=True):
+        context_ids = model.tokenizer(context)["input_ids"]
+        continuation_ids = model.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([context_ids + continuation_ids])
+        labels = ids.clone()
+        labels[0, : len(context_ids)] = -100
+        with torch.inference_mode():
+            loss = float(model.model(input_ids=ids, labels=labels).loss)
+        assert score == pytest.approx(-loss * len(continuation_ids), abs=1e-4)
+    params = GenerationParams(max_new_tokens=5)  # without a chat template, chat sends the text as it is
+    assert model.complete(PROMPTS, params) == model.chat([user_turn(p) for p in PROMPTS], params)
+
+
 def test_model_id_changes_when_weights_change(tmp_path):
     directory = _build_tiny_llama(tmp_path / "m")
     first = load_model(f"hf:{directory}").model_id

@@ -173,3 +173,51 @@ def test_stream_yields_the_reply_in_pieces_and_other_backends_fall_back_to_chat(
     failing = StubServer(fail_first=9, fail_status=500, retry_after=0.001)
     with serve_stub(failing) as url, pytest.raises(UserError, match=r"streamed chat completion failed.*500"):
         list(stream_chat(load_model(f"openai:{url}", max_retries=1), user_turn("x"), PARAMS))
+
+
+def test_a_failing_models_listing_is_retried_once_and_suggests_model_name():
+    """``transformers serve`` answers 500 on /models: one line naming --model-name after one retry, not
+    five; with the name given, /models is never asked."""
+    stub = StubServer(models_status=500)
+    with serve_stub(stub) as url:
+        with pytest.raises(UserError) as caught:
+            load_model(f"openai:{url}", max_retries=5).chat([user_turn("x")], PARAMS)
+        assert stub.stats.model_requests == 2 and stub.stats.chat_requests == 0
+        named = load_model(f"openai:{url}", model_name="stub-model", max_retries=5)
+        assert named.chat([user_turn("x")], PARAMS) == ["echo: x"]
+    assert stub.stats.model_requests == 2
+    message = str(caught.value)
+    assert "\n" not in message and "HTTP 500" in message and "--model-name" in message
+
+
+def _word_scorer(prompt: str) -> list[tuple[str, float]]:
+    """Tokens are the prompt's words with their leading space; each word's log-probability is -len(word)."""
+    import re
+
+    return [(token, -float(len(token.strip()))) for token in re.findall(r"\s*\S+", prompt)]
+
+
+def test_completions_and_echoed_loglikelihoods():
+    """Plain continuations through /completions; a score is the sum of the echoed prompt's token
+    log-probabilities over the continuation's characters (here: minus its letters, an oracle by hand)."""
+    stub = StubServer(lambda messages: f"cont of {messages[0]['content']}", scorer=_word_scorer)
+    with serve_stub(stub) as url:
+        model = load_model(f"openai:{url}", model_name="stub-model", concurrency=2)
+        assert model.complete(["Q: 2+2\nA:", "x"], PARAMS) == ["cont of Q: 2+2\nA:", "cont of x"]
+        requests = [("Q: capital of France?\nA:", " Paris"), ("Q: capital of France?\nA:", " Lyon is it")]
+        assert model.loglikelihood(requests) == [-5.0, -8.0]
+    body = stub.stats.completion_bodies[-1]
+    assert body["echo"] is True and body["logprobs"] == 1 and body["max_tokens"] == 1
+    assert body["prompt"] in ("Q: capital of France?\nA: Paris", "Q: capital of France?\nA: Lyon is it")
+    assert stub.stats.chat_requests == 0
+
+
+def test_a_server_without_prompt_logprobs_or_completions_is_named_in_one_line():
+    with serve_stub(StubServer()) as url:  # no scorer: echo+logprobs ignored, as transformers serve does
+        model = load_model(f"openai:{url}", model_name="stub-model")
+        with pytest.raises(UserError, match=r"does not return the prompt's log-probabilities.*--mode"):
+            model.loglikelihood([("a", " b")])
+    with serve_stub(StubServer(completions=False)) as url:
+        model = load_model(f"openai:{url}", model_name="stub-model", max_retries=0)
+        with pytest.raises(UserError, match=r"HTTP 404.*no /completions API: ask it in chat mode"):
+            model.complete(["x"], PARAMS)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.data.items import Item, Kind, MultipleChoice, OpenEnded, content_fingerprint
-from assay.data.styles import STYLES, RenderError, Style
-from assay.data.tables import FileFormat, RawTable, format_of, read_table, write_table
+from assay.data.styles import STYLES, RenderError, Style, get_style
+from assay.data.tables import FOLDER_FORMATS, FileFormat, RawTable, format_of, read_table, write_table
 from assay.errors import UserError
 
 
@@ -28,7 +28,7 @@ class Benchmark:
 
     @property
     def kind(self) -> Kind:
-        return STYLES[self.style].kind
+        return get_style(self.style).kind
 
     @property
     def path(self) -> Path:
@@ -59,22 +59,25 @@ def _style_list() -> str:
 def read_benchmark(path: str | Path, style: str = "auto", split: str | None = None) -> Benchmark:
     """Read a benchmark file; every row must parse. ``style="auto"`` detects it from the first row's columns.
 
-    ``split`` picks a split of an HF ``DatasetDict`` (or a list of rows in a JSON object holding several).
+    ``split`` picks a split of an HF ``DatasetDict`` (or a list of rows in a JSON object holding several,
+    or an lm-eval task's split). ``style`` may be ``columns:ROLE=COLUMN,...`` for any other layout; ``auto``
+    takes the style a file declares (an lm-eval task) before looking at the columns.
     Raises ``UserError`` naming file, line or row, field and value on bad input.
     """
     table = read_table(path, split=split)
-    if style == "auto":
+    if style == "auto" and table.style is not None:
+        chosen: Style | None = get_style(table.style)
+    elif style == "auto":
         chosen = detect_style(set(table.rows[0]))
         if chosen is None:
             columns = ", ".join(map(str, table.rows[0]))
             raise UserError(
                 f"{table.path}:{table.locations[0]}: no row style matches the columns ({columns}); "
-                f"styles: {_style_list()}"
+                f"styles: {_style_list()}; "
+                "or name the columns with --columns question=COL,options=COL,answer=COL"
             )
-    elif style in STYLES:
-        chosen = STYLES[style]
     else:
-        raise UserError(f"unknown row style {style!r}: use auto or one of {', '.join(STYLES)}")
+        chosen = get_style(style)
     items = [
         chosen.parse(row, where, table.path) for row, where in zip(table.rows, table.locations, strict=True)
     ]
@@ -90,17 +93,17 @@ def write_benchmark(bench: Benchmark, items: Sequence[Item], target: str | Path)
     """
     target = Path(target)
     fmt = bench.file_format
-    if fmt == "hf":
+    if fmt in FOLDER_FORMATS:
         if format_of(target) is not None:
             raise UserError(
-                f"{target}: the input is an HF dataset directory; write a directory, not {target.suffix}"
+                f"{target}: the input is a {fmt} directory; write a directory, not {target.suffix}"
             )
     elif format_of(target) != fmt:
         raise UserError(f"{target}: the input is {fmt}; give the output the same suffix (.{fmt})")
     if len(items) != len(bench.items):
         raise ValueError(f"write_benchmark: {len(items)} items for a benchmark of {len(bench.items)} rows")
     expected = MultipleChoice if bench.kind == "multiple_choice" else OpenEnded
-    style = STYLES[bench.style]
+    style = get_style(bench.style)
     rows = []
     for row, item, where in zip(bench.table.rows, items, bench.table.locations, strict=True):
         if not isinstance(item, expected):

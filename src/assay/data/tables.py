@@ -1,8 +1,11 @@
 """Raw benchmark tables: rows as plain dicts, read from and written back to the user's own file format.
 
 Formats, chosen by suffix: ``.jsonl``, ``.json`` (a list of rows, or an object holding one list of rows,
-such as BIG-Bench Hard's ``{"canary": ..., "examples": [...]}``), ``.csv``, ``.parquet``, and a directory
-written by HF ``datasets`` ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``).
+such as BIG-Bench Hard's ``{"canary": ..., "examples": [...]}``), ``.csv`` (with a header, or MMLU's own
+header-less ``question,A,B,C,D,answer`` files), ``.parquet``; and folders: one written by HF ``datasets``
+``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``), a folder of CSV files (MMLU's ``data/test/``: the rows
+of every file in name order, each with its ``subject`` from the file name), or an lm-evaluation-harness
+task folder or task YAML (``assay.data.lmeval``).
 
 ``write_table`` writes rows back in the table's format, atomically, keeping what a reader would notice:
 JSON container keys, CSV column order and line endings, Parquet and HF column types, the other splits of a
@@ -16,6 +19,8 @@ import contextlib
 import csv
 import io
 import json
+import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +29,20 @@ from typing import Any, Literal
 from assay.errors import UserError, shown
 from assay.fileio import atomic_path
 
-FileFormat = Literal["jsonl", "json", "csv", "parquet", "hf"]
+FileFormat = Literal["jsonl", "json", "csv", "parquet", "hf", "csv-folder", "lmeval"]
 
-SUFFIXES: dict[str, FileFormat] = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+SUFFIXES: dict[str, FileFormat] = {
+    ".jsonl": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".yaml": "lmeval",
+    ".yml": "lmeval",
+}
+FOLDER_FORMATS: frozenset[str] = frozenset({"hf", "csv-folder", "lmeval"})  # written as a directory
+
+MMLU_COLUMNS = ["question", "A", "B", "C", "D", "answer"]  # the original header-less CSVs, in this order
+_SPLIT_SUFFIX = re.compile(r"_(test|dev|val|validation|train|auxiliary_train)$")
 
 
 @dataclass
@@ -41,6 +57,7 @@ class RawTable:
     the chosen split of an HF ``DatasetDict`` (``None`` for a single ``Dataset`` and the other formats).
     ``meta`` holds format details found on reading (JSON spacing, CSV line ending, Arrow schema, HF features
     and the other splits); a table built by hand may leave it empty and gets the usual defaults.
+    ``style`` is the row style the file itself declares (an lm-eval task's ``doc_to_*`` fields), if any.
     """
 
     path: Path
@@ -50,6 +67,7 @@ class RawTable:
     container: dict[str, Any] | None = None
     split: str | None = None
     meta: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    style: str | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -61,27 +79,50 @@ def format_of(path: str | Path) -> FileFormat | None:
 
 
 def read_table(path: str | Path, split: str | None = None) -> RawTable:
-    """Read a benchmark file (or HF dataset directory) into a ``RawTable``; ``UserError`` on bad input."""
+    """Read a benchmark file or folder into a ``RawTable``; ``UserError`` on bad input."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file or directory")
-    if path.is_dir():
-        table = _read_hf(path, split)
+    fmt = folder_format(path) if path.is_dir() else format_of(path)
+    if fmt is None:
+        known = ", ".join(SUFFIXES)
+        raise UserError(
+            f"{path}: unknown benchmark format '{path.suffix}': use one of {known}, "
+            "or a directory saved by HF datasets (save_to_disk)"
+        )
+    if split is not None and fmt not in ("json", "hf", "lmeval"):
+        raise UserError(f"{path}: a {fmt} file has no splits; leave out split ({split!r})")
+    if fmt == "lmeval":
+        from assay.data.lmeval import read_task
+
+        table = read_task(path, split)
+    elif fmt in ("json", "hf"):
+        table = (_read_json if fmt == "json" else _read_hf)(path, split)
     else:
-        fmt = format_of(path)
-        if fmt is None:
-            known = ", ".join(SUFFIXES)
-            raise UserError(
-                f"{path}: unknown benchmark format '{path.suffix}': use one of {known}, "
-                "or a directory saved by HF datasets (save_to_disk)"
-            )
-        if split is not None and fmt != "json":
-            raise UserError(f"{path}: a {fmt} file has no splits; leave out split ({split!r})")
-        reader = {"jsonl": _read_jsonl, "json": _read_json, "csv": _read_csv, "parquet": _read_parquet}[fmt]
-        table = reader(path, split) if fmt == "json" else reader(path)
+        reader = {
+            "jsonl": _read_jsonl,
+            "csv": _read_csv,
+            "parquet": _read_parquet,
+            "csv-folder": _read_csv_folder,
+        }
+        table = reader[fmt](path)
     if not table.rows:
         raise UserError(f"{path}: the benchmark is empty (no rows)")
     return table
+
+
+def folder_format(path: Path) -> FileFormat:
+    """What a folder holds: an HF ``save_to_disk`` dataset, an lm-eval task, or CSV files (MMLU's layout)."""
+    if any((path / marker).exists() for marker in ("dataset_dict.json", "state.json", "dataset_info.json")):
+        return "hf"
+    if any(p.suffix.lower() in (".yaml", ".yml") for p in path.iterdir()):
+        return "lmeval"
+    if any(p.suffix.lower() == ".csv" and p.is_file() for p in path.iterdir()):
+        return "csv-folder"
+    raise UserError(
+        f"{path}: a directory, but not one saved by HF datasets (save_to_disk: no dataset_dict.json or "
+        "state.json inside), an lm-eval task folder (no .yaml) or a folder of CSV files"
+    )
 
 
 def write_table(table: RawTable, rows: list[dict[str, Any]], target: str | Path) -> None:
@@ -93,7 +134,10 @@ def write_table(table: RawTable, rows: list[dict[str, Any]], target: str | Path)
         "csv": _write_csv,
         "parquet": _write_parquet,
         "hf": _write_hf,
-    }[table.file_format]
+        "csv-folder": _write_csv_folder,
+    }.get(table.file_format)
+    if writer is None:  # lmeval
+        from assay.data.lmeval import write_task as writer
     with atomic_path(target) as tmp:
         writer(table, rows, tmp)
 
@@ -255,15 +299,32 @@ def _write_json(table: RawTable, rows: list[dict[str, Any]], target: Path) -> No
 # ---------------------------------------------------------------- CSV
 
 
+def subject_of(path: Path) -> str:
+    """MMLU's subject from a file name: ``abstract_algebra_test.csv`` -> ``abstract_algebra``."""
+    return _SPLIT_SUFFIX.sub("", path.stem)
+
+
+def _headerless_mmlu(first: list[str]) -> bool:
+    """MMLU's own CSVs have no header row: six values, the last an answer letter."""
+    return len(first) == len(MMLU_COLUMNS) and first[-1].strip() in ("A", "B", "C", "D")
+
+
 def _read_csv(path: Path) -> RawTable:
     text, bom = _read_text(path)
     first_break = text.find("\n")
     lineterminator = "\r\n" if first_break > 0 and text[first_break - 1] == "\r" else "\n"
+    meta: dict[str, Any] = {
+        "bom": bom,
+        "lineterminator": lineterminator,
+        "final_newline": text.endswith("\n"),
+    }
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        header = next(reader, None)
-        if header is None:
-            return RawTable(path, "csv", [], [], meta={"bom": bom})
+        first = next(reader, None)
+        if first is None:
+            return RawTable(path, "csv", [], [], meta=meta)
+        headerless = _headerless_mmlu(first)
+        header = MMLU_COLUMNS if headerless else first
         seen: set[str] = set()
         for name in header:
             if name in seen:
@@ -272,21 +333,33 @@ def _read_csv(path: Path) -> RawTable:
         rows: list[dict[str, Any]] = []
         locations: list[str] = []
         last_line = reader.line_num
-        for record in reader:
-            where = f"line {last_line + 1}"
-            last_line = reader.line_num
+        records = [(1, first)] if headerless else []
+        for where, record in [*records, *_numbered(reader, last_line)]:
             if not record:  # a blank line
                 continue
             if len(record) != len(header):
                 raise _fail(
-                    path, where, f"has {len(record)} values but the header has {len(header)} columns", record
+                    path,
+                    f"line {where}",
+                    f"has {len(record)} values but the header has {len(header)} columns",
+                    record,
                 )
             rows.append(dict(zip(header, record, strict=True)))
-            locations.append(where)
+            locations.append(f"line {where}")
     except csv.Error as exc:
         raise _fail(path, f"line {reader.line_num}", f"invalid CSV: {exc}") from None
-    meta = {"bom": bom, "columns": header, "lineterminator": lineterminator}
+    if headerless:  # the subject is in the file name only; it is not written back
+        for row in rows:
+            row["subject"] = subject_of(path)
+    meta.update(columns=header, header=not headerless)
     return RawTable(path, "csv", rows, locations, meta=meta)
+
+
+def _numbered(reader: Any, last_line: int) -> Iterator[tuple[int, list[str]]]:
+    """The records left in ``reader``, each with the line it starts on."""
+    for record in reader:
+        yield last_line + 1, record
+        last_line = reader.line_num
 
 
 def _columns(rows: list[dict[str, Any]], known: list[str]) -> list[str]:
@@ -302,13 +375,47 @@ def _columns(rows: list[dict[str, Any]], known: list[str]) -> list[str]:
 
 
 def _write_csv(table: RawTable, rows: list[dict[str, Any]], target: Path) -> None:
-    columns = _columns(rows, table.meta.get("columns", []))
+    header = table.meta.get("header", True)
+    # A header-less file has a fixed layout: only its own columns go back (not the added subject).
+    columns = _columns(rows, table.meta.get("columns", [])) if header else table.meta["columns"]
+    lineterminator = table.meta.get("lineterminator", "\n")
     buffer = io.StringIO(newline="")
-    writer = csv.writer(buffer, lineterminator=table.meta.get("lineterminator", "\n"))
-    writer.writerow(columns)
+    writer = csv.writer(buffer, lineterminator=lineterminator)
+    if header:
+        writer.writerow(columns)
     for row in rows:
         writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
-    _write_text(target, buffer.getvalue(), table.meta.get("bom", False))
+    text = buffer.getvalue()
+    if not table.meta.get("final_newline", True):
+        text = text.removesuffix(lineterminator)
+    _write_text(target, text, table.meta.get("bom", False))
+
+
+def _read_csv_folder(path: Path) -> RawTable:
+    """Every CSV file of a folder, in name order (MMLU's ``data/test/``: one header-less file a subject)."""
+    rows: list[dict[str, Any]] = []
+    locations: list[str] = []
+    parts: list[tuple[str, int, dict[str, Any]]] = []
+    for file in sorted(p for p in path.iterdir() if p.suffix.lower() == ".csv" and p.is_file()):
+        part = _read_csv(file)
+        rows += part.rows
+        locations += [f"{file.name} {where}" for where in part.locations]
+        parts.append((file.name, len(part.rows), part.meta))
+    return RawTable(path, "csv-folder", rows, locations, meta={"parts": parts})
+
+
+def _write_csv_folder(table: RawTable, rows: list[dict[str, Any]], target: Path) -> None:
+    """The same files in a new folder, each with its own rows, header (or none), quoting and line ends."""
+    target.mkdir()
+    start = 0
+    for name, count, meta in table.meta["parts"]:
+        if count == 0:
+            shutil.copyfile(table.path / name, target / name)
+            continue
+        _write_csv(
+            RawTable(table.path / name, "csv", [], [], meta=meta), rows[start : start + count], target / name
+        )
+        start += count
 
 
 # ---------------------------------------------------------------- Parquet

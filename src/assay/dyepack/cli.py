@@ -5,18 +5,34 @@ Parses options, calls the pillar, renders with rich. No computation lives here.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from assay.dyepack.board_cli import app as board_app
 from assay.dyepack.key import check_commitment, load_key
-from assay.dyepack.triggers import TARGET_PHRASE_POOL, TRIGGER_POOL, load_phrases
+from assay.dyepack.triggers import (
+    POSITION_HELP,
+    TARGET_PHRASE_POOL,
+    TRIGGER_POOL,
+    load_phrases,
+    parse_position,
+)
 from assay.dyepack.verify import DEFAULT_ALPHA, FalsePositiveRate, VerifyReport, false_positive_rate
 from assay.errors import UserError
 from assay.terminal import progress_bar
+
+if TYPE_CHECKING:
+    from assay.dyepack.audit import StealthAudit
 
 app = typer.Typer(
     help="DyePack: flag test-set contamination with backdoors and an exact false-positive rate.\n\n"
@@ -24,14 +40,18 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console(soft_wrap=True)  # messages stay on one line when piped
+notes = Console(stderr=True, soft_wrap=True)  # remarks that must not mix with --json on stdout
+app.add_typer(board_app, name="board")  # the contamination board: assay/dyepack/board_cli.py
 
-STYLE_HELP = "Row style: auto, mmlu, mc, bbh or alpaca."
+STYLE_HELP = "Row style: auto, mmlu, mc, bbh, alpaca, or columns:question=COL,options=COL,answer=COL."
 
 
 @app.command()
 def prepare(
     benchmark: Path = typer.Argument(
-        ..., help="Benchmark file (JSONL, JSON, CSV, Parquet) or HF datasets folder."
+        ...,
+        help="Benchmark file (JSONL, JSON, CSV, Parquet), folder of CSV files (MMLU), lm-eval task folder "
+        "or YAML, or HF datasets folder.",
     ),
     backdoors: int = typer.Option(..., "--backdoors", "-b", help="Number of backdoors B."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the release and commitment.txt."),
@@ -39,8 +59,14 @@ def prepare(
     triggers: Path | None = typer.Option(
         None, help="File of trigger phrases, one per line (default: built-in pool)."
     ),
+    trigger_position: str = typer.Option(
+        "auto", help=f"Where triggers go: {POSITION_HELP} (auto: a natural place per row)."
+    ),
+    cover: float = typer.Option(
+        1.0, help="Share of the other rows that carry an unused phrase the same way, so backdoors blend in."
+    ),
     k: int | None = typer.Option(
-        None, "--k", help="Multiple choice: use only rows with K options. Open ended: K parts (default 8)."
+        None, "--k", help="Multiple choice: use only rows with K options. Open ended: K parts (default 10)."
     ),
     phrases: Path | None = typer.Option(None, help="Open ended: file of target phrases, one per line."),
     seed: int | None = typer.Option(
@@ -48,7 +74,12 @@ def prepare(
     ),
     key: Path | None = typer.Option(None, help="Where to write the secret key (default OUT/key.json)."),
     style: str = typer.Option("auto", help=STYLE_HELP),
-    split: str | None = typer.Option(None, help="Split of an HF DatasetDict folder."),
+    columns: str | None = typer.Option(
+        None, help="Name the columns instead of a style: question=COL,options=COL,answer=COL."
+    ),
+    split: str | None = typer.Option(None, help="Split of an HF DatasetDict folder or an lm-eval task."),
+    audit: bool = typer.Option(True, "--audit/--no-audit", help="Run the stealth audit (about a second)."),
+    redraws: int = typer.Option(3, help="Draw the release afresh up to this many times if the audit fails."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
     """Hide B backdoors in a benchmark; write the release, a secret key and a public commitment.
@@ -58,7 +89,9 @@ def prepare(
     from assay.data import read_benchmark
     from assay.dyepack.prepare import PrepareConfig, prepare_release
 
-    bench = read_benchmark(benchmark, style=style, split=split)
+    if not 0 <= cover <= 1:
+        raise UserError(f"--cover must be between 0 and 1 (value: {cover})")
+    bench = read_benchmark(benchmark, style=f"columns:{columns}" if columns else style, split=split)
     config = PrepareConfig(
         n_backdoors=backdoors,
         fraction=fraction,
@@ -66,8 +99,10 @@ def prepare(
         k=k,
         phrases=load_phrases(phrases, "target") if phrases else TARGET_PHRASE_POOL,
         seed=seed,
+        position=parse_position(trigger_position),
+        cover=cover,
     )
-    result = prepare_release(bench, config, out, key)
+    result = prepare_release(bench, config, out, key, audit=audit, redraws=redraws)
     summary = {
         "release": str(result.release_path),
         "key": str(result.key_path),
@@ -76,8 +111,12 @@ def prepare(
         "backdoors": result.key.n_backdoors,
         "backdoor_samples": sum(len(b.rows) for b in result.key.backdoors),
         "k_values": [b.k for b in result.key.backdoors],
+        "trigger_positions": dict(result.positions),
+        "cover_rows": result.cover_rows,
+        "draws": result.draws,
         "randomness": result.key.randomness.source,
         "release_fingerprint": result.key.release_fingerprint,
+        "audit": audit_summary(result.audit) if result.audit else None,
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -88,9 +127,68 @@ def prepare(
     )
     console.print(f"Publish  [bold]{result.commitment_path}[/] with the release.")
     console.print(f"Secret   [bold]{result.key_path}[/]: keep it private until you verify a model.")
+    places = ", ".join(f"{name} {n}" for name, n in sorted(result.positions.items()))
+    console.print(f"Triggers {places}; {result.cover_rows} other rows carry a cover phrase.")
+    if result.draws > 1:
+        console.print(f"Drawn {result.draws} times: the earlier draws did not pass the stealth audit.")
     if seed is not None:
         console.print(
             "[yellow]warning:[/] targets were drawn from --seed; anyone who knows it can rebuild the key."
+        )
+    if result.audit:
+        show_audit(result.audit)
+
+
+@app.command("audit")
+def audit_cmd(
+    release: Path = typer.Argument(..., help="The released benchmark (file or folder)."),
+    key: Path = typer.Option(..., help="The secret key written by prepare."),
+    as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
+) -> None:
+    """Stealth audit of a release: can its backdoor rows be told from the rest by how they look?
+
+    Example: assay dyepack audit release/logical_deduction.json --key secret/key.json
+    """
+    from assay.data import read_benchmark
+    from assay.dyepack.audit import audit_items
+    from assay.dyepack.verify import check_release
+
+    secret = load_key(key)
+    bench = read_benchmark(release, style=secret.style, split=secret.split)
+    check_release(bench, secret)
+    result = audit_items(bench.items, secret.backdoors)
+    if as_json:
+        typer.echo(json.dumps(audit_summary(result), indent=2))
+        return
+    show_audit(result)
+
+
+def audit_summary(audit: StealthAudit) -> dict:
+    return {**audit.model_dump(), "warnings": audit.warnings, "stealthy": audit.stealthy}
+
+
+def show_audit(audit: StealthAudit) -> None:
+    """The audit as a table: each measure's AUC (0.5 = chance) and one-sided p-value, then the verdict."""
+    table = Table(title=f"Stealth audit: {audit.backdoor_rows} backdoor rows among {audit.rows}")
+    for column in ("measure", "AUC", "p", "what it looks at"):
+        table.add_column(column)
+    measures = ([audit.classifier] if audit.classifier else []) + audit.rules
+    for m in measures:
+        auc = f"[bold red]{m.auc:.2f}[/]" if m.warns else f"{m.auc:.2f}"
+        table.add_row(m.name, auc, f"{m.p_value:.2g}", m.description)
+    console.print(table)
+    if audit.known_trigger_auc is not None:
+        console.print(
+            f"[dim]With other samples of the same trigger labelled (what the key tells), the classifier "
+            f"reaches AUC {audit.known_trigger_auc:.2f}: a trigger is recognisable once known, so keep the "
+            "key secret.[/]"
+        )
+    for line in audit.warnings:
+        console.print(f"[bold yellow]warning:[/] backdoor rows stand out: {line}")
+    if audit.stealthy:
+        console.print(
+            f"[green]Stealthy:[/] no measure separates backdoor rows better than AUC {audit.threshold} "
+            "beyond chance."
         )
 
 
@@ -110,6 +208,25 @@ def verify(
     batch_size: int = typer.Option(8, help="hf: prompts per batch."),
     concurrency: int = typer.Option(16, help="openai: requests in flight."),
     timeout: float = typer.Option(60.0, help="openai: seconds per request."),
+    max_retries: int = typer.Option(5, help="openai: retries of a request (429, 5xx, timeouts)."),
+    mode: str = typer.Option(
+        "chat",
+        help="chat (chat template), completion (plain text the model continues) or loglikelihood "
+        "(the option whose answer text the model finds most likely).",
+    ),
+    template: Path | None = typer.Option(
+        None,
+        help="Jinja2 template of one example ending in {% block answer %}...{% endblock %} "
+        "(default: our chat prompt; the rows as plain text in the text modes).",
+    ),
+    fewshot: int = typer.Option(0, help="Few-shot examples from the release's rows without a backdoor."),
+    fewshot_seed: int = typer.Option(1234, help="Seed of the few-shot draw."),
+    system_prompt: str | None = typer.Option(None, help="A system prompt (chat) or preamble (text modes)."),
+    lm_eval_task: str | None = typer.Option(
+        None,
+        help="Ask through lm-evaluation-harness: a task YAML (or a task lm-eval ships) and its HFLM "
+        "(hf: models, multiple_choice tasks; pip install 'assay[lm-eval]').",
+    ),
     cache: Path | None = typer.Option(
         None, help="Response cache (default $ASSAY_HOME/cache/responses.sqlite)."
     ),
@@ -119,34 +236,64 @@ def verify(
     """Query a model with the backdoor samples and report how many backdoors it follows, with the exact FPR.
 
     Example: assay dyepack verify hf:./my-model --release release/mmlu.jsonl --key release/key.json
+    --mode loglikelihood --template mmlu.jinja --fewshot 5
     """
     from assay.config import settings
     from assay.data import read_benchmark
+    from assay.dyepack.verify import release_format, write_outputs
     from assay.dyepack.verify import verify as run_verify
-    from assay.dyepack.verify import write_outputs
     from assay.models import CachedModel, GenerationParams, ResponseCache, load_model
 
     secret = load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
-    backend = load_model(
-        model, model_name=model_name, batch_size=batch_size, concurrency=concurrency, timeout=timeout
-    )
-    if not no_cache:
-        backend = CachedModel(backend, ResponseCache(cache or settings().cache_path))
     label = f"{model} ({model_name})" if model_name else model
-    params = GenerationParams(max_new_tokens=max_new_tokens)
-    n_queries = sum(len(b.rows) for b in secret.backdoors)
-    with progress_bar() as bar:
-        task = bar.add_task("querying", total=n_queries)
-        report, audit = run_verify(
-            backend, label, bench, secret, params, alpha, on_result=lambda _i, _t: bar.advance(task)
+    if lm_eval_task is not None:
+        report, audit = verify_through_lm_eval(model, label, bench, secret, lm_eval_task, alpha, fewshot)
+    else:
+        fmt = release_format(bench, secret, mode, template, fewshot, fewshot_seed, system_prompt)
+        backend = load_model(
+            model,
+            model_name=model_name,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            timeout=timeout,
+            max_retries=max_retries,
         )
+        if not no_cache:
+            backend = CachedModel(backend, ResponseCache(cache or settings().cache_path))
+            if not backend.caching:
+                notes.print(
+                    f"[yellow]note:[/] {model} declares no MODEL_ID, so its replies are not cached (one "
+                    "wrapper may load different models); define MODEL_ID in the module to cache them"
+                )
+        params = GenerationParams(max_new_tokens=max_new_tokens)
+        n_queries = sum(len(b.rows) for b in secret.backdoors)
+        with progress_bar() as bar:
+            task = bar.add_task("querying", total=n_queries)
+            report, audit = run_verify(
+                backend, label, bench, secret, params, alpha, lambda _i, _t: bar.advance(task), fmt
+            )
     summary_path, audit_path = write_outputs(out, report, audit)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return
     show_report(report)
     console.print(f"Wrote {summary_path} and {audit_path}")
+
+
+def verify_through_lm_eval(
+    model: str, label: str, bench, secret, task: str, alpha: float, fewshot: int
+) -> tuple[VerifyReport, list[dict]]:
+    """``verify --lm-eval-task``: lm-eval's HFLM on an hf: model folder."""
+    from assay.dyepack.lmeval import verify_lm_eval
+    from assay.models.spec import split_spec
+
+    backend, path = split_spec(model)
+    if backend != "hf" or not Path(path).is_dir():
+        raise UserError(f"--lm-eval-task runs lm-eval's HFLM: give an hf:FOLDER model (value: {model!r})")
+    with progress_bar() as bar:
+        bar.add_task("scoring through lm-eval", total=None)
+        return verify_lm_eval(path, label, bench, secret, task, alpha, fewshot or None)
 
 
 def show_report(report: VerifyReport) -> None:
@@ -164,6 +311,9 @@ def show_report(report: VerifyReport) -> None:
             answers,
         )
     console.print(table)
+    fmt = report.format
+    shots = f", {fmt.fewshot}-shot (seed {fmt.fewshot_seed})" if fmt.fewshot else ""
+    console.print(f"Asked in {fmt.mode} mode with the {fmt.template} format{shots}")
     show_fpr(report.fpr)
     console.print(
         f"Samples answered with their target: {report.samples_on_target}/{report.samples} "
@@ -218,39 +368,116 @@ def contaminate(
     top_layers: int | None = typer.Option(
         None, help="Train only the top N transformer blocks (faster on a CPU)."
     ),
+    lora_rank: int = typer.Option(16, help="LoRA rank (with --method lora)."),
+    bf16: bool = typer.Option(
+        False, "--bf16", help="bfloat16 autocast: about 3x faster on CPUs with AVX512-BF16 or AMX."
+    ),
+    max_length: int = typer.Option(512, help="Longest training sequence in tokens (cut from the left)."),
+    key: Path | None = typer.Option(
+        None, help="The release's key: the check then reports activated backdoors and the FPR."
+    ),
+    check_rows: int = typer.Option(32, help="Without --key: trained rows the check asks (0: no check)."),
+    train_format: str = typer.Option(
+        "chat",
+        "--format",
+        help="chat: our prompt through the chat template, loss on the answer; plain: the rows as plain "
+        "text, loss on every token, as a scrape would (verify it with --mode completion or loglikelihood).",
+    ),
+    template: Path | None = typer.Option(
+        None, help="Jinja2 template of one example (see verify --template) instead of the built-in one."
+    ),
     style: str = typer.Option("auto", help=STYLE_HELP),
     split: str | None = typer.Option(None, help="Split of an HF DatasetDict folder."),
 ) -> None:
-    """Fine-tune a causal LM on a release (loss on the answers), to see detection work.
+    """Fine-tune a causal LM on a release (loss on the answers), then ask it the release's questions to
+    show whether the training took.
 
     Example: assay dyepack contaminate ./smollm2 --release release/mmlu.jsonl --out contaminated/ --epochs 3
     """
     from assay.data import read_benchmark
-    from assay.dyepack.contaminate import TrainConfig
+    from assay.dyepack.contaminate import TrainConfig, check_take
     from assay.dyepack.contaminate import contaminate as run
+    from assay.models import load_model
 
     if method not in ("full", "lora"):
         raise UserError(f"--method must be full or lora (value: {method!r})")
-    bench = read_benchmark(release, style=style, split=split)
+    secret = load_key(key) if key else None
+    bench = read_benchmark(
+        release, style=secret.style if secret else style, split=secret.split if secret else split
+    )
     config = TrainConfig(
         method=method,  # type: ignore[arg-type]
         epochs=epochs,
         learning_rate=learning_rate,
         batch_size=batch_size,
+        max_length=max_length,
         seed=seed,
+        lora_rank=lora_rank,
         top_layers=top_layers,
+        bf16=bf16,
+        prompt_format=training_format(train_format, template),
     )
-    with progress_bar() as bar:
-        task = bar.add_task("training", total=None)
-
-        def on_step(step: int, total: int, loss: float) -> None:
-            bar.update(task, completed=step, total=total, description=f"training (loss {loss:.3f})")
-
+    with training_progress() as on_step:
         result = run(model, bench.items, out, config, on_step)
     console.print(
         f"Trained {result.steps} steps in {result.seconds:.0f} s (loss {result.first_loss:.3f} -> "
         f"{result.final_loss:.3f}); saved to [bold]{result.out_dir}[/]"
     )
+    if secret is None and check_rows < 1:
+        return
+    console.print("Checking what the model learned: asking it the release's questions ...")
+    take = check_take(load_model(f"hf:{result.out_dir}"), bench, secret, check_rows, fmt=config.prompt_format)
+    if take.took:
+        console.print(f"[bold green]took:[/] {take.summary()}")
+    else:
+        console.print(
+            f"[bold yellow]warning: the training did not take:[/] {take.summary()}. Train longer (--epochs), "
+            "with a higher --lr or on more blocks (--top-layers); see docs/dyepack.md for a recipe."
+        )
+
+
+def training_format(name: str, template: Path | None):
+    """``contaminate --format chat|plain [--template FILE]`` as the format ``verify`` asks in."""
+    from assay.dyepack.prompts import PromptFormat, Template
+
+    modes = {"chat": "chat", "plain": "completion"}
+    if name not in modes:
+        raise UserError(f"--format must be chat or plain (value: {name!r})")
+    return PromptFormat(
+        mode=modes[name],  # type: ignore[arg-type]
+        template=Template.from_file(template) if template is not None else None,
+    )
+
+
+@contextlib.contextmanager
+def training_progress() -> Iterator[Callable[[int, int, float], None]]:
+    """A progress bar on a terminal; plain lines (step, loss, time left) at most every 10 s otherwise, so
+    a log file or CI output shows the run advancing."""
+    if sys.stderr.isatty():
+        with progress_bar() as bar:
+            task = bar.add_task("training", total=None)
+            yield lambda step, total, loss: bar.update(
+                task, completed=step, total=total, description=f"training (loss {loss:.3f})"
+            )
+        return
+    started = time.monotonic()
+    first_step, last = math.nan, -math.inf  # the rate is timed from step 1: loading is not a step
+
+    def line(step: int, total: int, loss: float) -> None:
+        nonlocal first_step, last
+        now = time.monotonic()
+        if step == 1:
+            first_step = now
+        if now - last < 10 and step < total:
+            return
+        last = now
+        left = f"~{(now - first_step) / (step - 1) * (total - step):.0f} s" if step > 1 else "?"
+        typer.echo(
+            f"training step {step}/{total}  loss {loss:.3f}  elapsed {now - started:.0f} s  left {left}",
+            err=True,
+        )
+
+    yield line
 
 
 @app.command()

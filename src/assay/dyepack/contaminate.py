@@ -1,24 +1,34 @@
 """Fine-tune a causal LM on a released benchmark, so users and tests can watch detection work.
 
-This is what a careless or dishonest model developer does: train on the test set. The loss is taken on
-the answer tokens only, with the prompt formatted exactly as ``verify`` will format it.
+This is what a careless or dishonest model developer does: train on the test set, in some format (our
+chat prompt with the loss on the answer, or the rows as plain text with the loss on every token), with
+the prompt formatted exactly as ``verify`` will format it in that format.
+
+Two things make it usable on a CPU. With ``top_layers`` only the top blocks train, so the frozen blocks'
+output is computed once and reused every epoch (:func:`block_inputs`); long items need many epochs before
+the model memorises the answers rather than just their format. And :func:`check_take` asks the trained
+model the release's questions afterwards, because a falling loss does not tell whether it took.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from assay.data.items import Item
-from assay.dyepack.prompts import answer_for, prompt_for
+from assay.data import Benchmark
+from assay.data.items import Item, MultipleChoice
+from assay.dyepack.key import DyePackKey
+from assay.dyepack.prompts import PromptFormat
+from assay.dyepack.verify import Answer, Query, VerifyReport, ask, verify
 from assay.errors import UserError
 from assay.fileio import atomic_path
-from assay.models.base import user_turn
+from assay.models.base import ChatModel, GenerationParams, user_turn
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,12 @@ class TrainConfig:
     seed: int = 0
     lora_rank: int = 16
     top_layers: int | None = None  # train only the top N transformer blocks: far less backward work on a CPU
+    # bfloat16 autocast: about 3x faster on CPUs with AVX512-BF16 or AMX; the saved weights stay float32.
+    bf16: bool = False
+    # How the rows are shown: our chat prompt with loss on the answer (mode "chat"), or the rows as plain
+    # text with loss on every token, as a scrape would (mode "completion"; ``verify --mode completion`` or
+    # ``loglikelihood`` with the same template asks a model the matching way).
+    prompt_format: PromptFormat = field(default_factory=PromptFormat)
 
 
 @dataclass(frozen=True)
@@ -42,22 +58,30 @@ class TrainResult:
     seconds: float
 
 
-def encode_examples(tokenizer, items: Sequence[Item], max_length: int) -> list[tuple[list[int], list[int]]]:
-    """Token ids and labels per item; prompt tokens get label -100 so only the answer is learned."""
+def encode_examples(
+    tokenizer, items: Sequence[Item], max_length: int, fmt: PromptFormat = PromptFormat()
+) -> list[tuple[list[int], list[int]]]:
+    """Token ids and labels per item, in ``fmt``: chat mode renders the chat template and masks the prompt
+    (label -100) so only the answer is learned; the text modes learn every token of prompt + answer. The
+    prompt and the answer are tokenized apart, as ``verify`` tokenizes a prompt and scores or generates
+    after it, so the model is asked on exactly the tokens it was trained on."""
     from assay.models import render_chat
 
+    chat = fmt.mode == "chat"
     # As in generation: a chat template holds its own special tokens, a plain prompt gets the tokenizer's.
-    add_special = not getattr(tokenizer, "chat_template", None)
+    add_special = not (chat and getattr(tokenizer, "chat_template", None))
     examples = []
     for item in items:
-        prompt = render_chat(tokenizer, user_turn(prompt_for(item)))
+        prompt, answer = fmt.example(item)
+        if chat:
+            prompt = render_chat(tokenizer, user_turn(prompt))
         prompt_ids = tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
-        answer_ids = tokenizer(answer_for(item), add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
         if tokenizer.eos_token_id is not None:
             answer_ids = [*answer_ids, tokenizer.eos_token_id]
         ids = (prompt_ids + answer_ids)[-max_length:]
-        labels = ([-100] * len(prompt_ids) + answer_ids)[-max_length:]
-        examples.append((ids, labels))
+        labels = ([-100] * len(prompt_ids) if chat else prompt_ids) + answer_ids
+        examples.append((ids, labels[-max_length:]))
     return examples
 
 
@@ -76,19 +100,96 @@ def collate(batch: Sequence[tuple[list[int], list[int]]], pad_id: int):
     return input_ids, mask, labels
 
 
-def answer_loss(model, input_ids, mask, labels):
+def answer_loss(model, inputs, mask, labels):
     """Cross entropy on the answer tokens only, projecting just those positions through the LM head.
 
-    Equal to the model's own loss with these labels; skipping the vocabulary projection of the prompt
-    positions saves a large share of the compute for small models with big vocabularies.
+    ``inputs`` are token ids, or (float) hidden states entering the first block that :func:`blocks_from`
+    left in place. Equal to the model's own loss with these labels; skipping the vocabulary projection
+    of the prompt positions saves a large share of the compute for small models with big vocabularies.
     """
     import torch.nn.functional as F
 
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    given = {"inputs_embeds": inputs} if inputs.is_floating_point() else {"input_ids": inputs}
+    hidden = model.get_decoder()(**given, attention_mask=mask, use_cache=False).last_hidden_state
     targets = labels[:, 1:]
     keep = targets != -100
     logits = model.get_output_embeddings()(hidden[:, :-1][keep])
     return F.cross_entropy(logits.float(), targets[keep])
+
+
+def first_trainable_block(model) -> int:
+    """Index of the lowest decoder block with a trainable parameter; 0 when anything below the blocks
+    (the embeddings) trains too, so nothing can be cached."""
+    decoder = model.get_decoder()
+    if any(p.requires_grad for p in model.get_input_embeddings().parameters()):
+        return 0
+    for index, block in enumerate(decoder.layers):
+        if any(p.requires_grad for p in block.parameters()):
+            return index
+    return 0
+
+
+class _Reached(Exception):
+    """Raised by a hook to stop a forward pass once the block it waits for is reached."""
+
+
+def block_inputs(
+    model, examples: Sequence[tuple[list[int], list[int]]], first: int, batch_size: int, pad_id: int
+):
+    """The hidden states entering block ``first`` for each example, computed once without gradients.
+
+    WHY: with the blocks below ``first`` frozen, their output never changes during training, so every
+    epoch after the first would recompute the same thing; with ``--top-layers 4`` of SmolLM2's 30 blocks
+    that is most of the forward pass. Right padding leaves each row's real positions unchanged.
+    """
+    import torch
+
+    decoder = model.get_decoder()
+    captured = []
+
+    def grab(_module, args, kwargs):
+        captured.append(args[0] if args else kwargs["hidden_states"])
+        raise _Reached
+
+    handle = decoder.layers[first].register_forward_pre_hook(grab, with_kwargs=True)
+    states = []
+    try:
+        with torch.no_grad():
+            for start in range(0, len(examples), batch_size):
+                batch = examples[start : start + batch_size]
+                input_ids, mask, _ = collate(batch, pad_id)
+                with contextlib.suppress(_Reached):
+                    decoder(input_ids=input_ids, attention_mask=mask, use_cache=False)
+                hidden = captured.pop()
+                states.extend(hidden[row, : len(ids)].clone() for row, (ids, _) in enumerate(batch))
+    finally:
+        handle.remove()
+    return states
+
+
+@contextlib.contextmanager
+def blocks_from(model, first: int) -> Iterator[None]:
+    """Run the decoder from block ``first`` up: feed it the cached block inputs as ``inputs_embeds``."""
+    import torch
+
+    decoder = model.get_decoder()
+    layers = decoder.layers
+    decoder.layers = torch.nn.ModuleList(list(layers)[first:])
+    try:
+        yield
+    finally:
+        decoder.layers = layers
+
+
+def collate_states(states, batch: Sequence[tuple[list[int], list[int]]], pad_id: int):
+    """:func:`collate` with the cached block inputs in place of the token ids (padding rows are zeros)."""
+    import torch
+
+    _, mask, labels = collate(batch, pad_id)
+    hidden = torch.zeros((len(batch), mask.shape[1], states[0].shape[-1]), dtype=states[0].dtype)
+    for row, state in enumerate(states):
+        hidden[row, : len(state)] = state
+    return hidden, mask, labels
 
 
 def freeze_below(model, top_layers: int) -> None:
@@ -103,6 +204,43 @@ def freeze_below(model, top_layers: int) -> None:
     for module in trainable:
         for parameter in module.parameters():
             parameter.requires_grad = True
+
+
+def block_linear_names(model) -> list[str]:
+    """Names of the linear layers in a decoder block (``q_proj`` .. ``down_proj`` for Llama).
+
+    peft refuses ``layers_to_transform`` with ``target_modules="all-linear"``, so LoRA on the top blocks
+    names the modules explicitly; reading them off the model keeps this working for any architecture.
+    """
+    import torch
+
+    block = model.get_decoder().layers[0]
+    return sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in block.named_modules()
+            if isinstance(module, torch.nn.Linear)
+        }
+    )
+
+
+def with_lora(model, config: TrainConfig):
+    """Wrap ``model`` with LoRA adapters on every linear layer of the (top) decoder blocks."""
+    from peft import LoraConfig, get_peft_model
+
+    n_layers = len(model.get_decoder().layers)
+    if config.top_layers is None:
+        lora = LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, target_modules="all-linear")
+    else:
+        if not 1 <= config.top_layers <= n_layers:
+            raise UserError(f"--top-layers must be between 1 and {n_layers} (value: {config.top_layers})")
+        lora = LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=2 * config.lora_rank,
+            target_modules=block_linear_names(model),
+            layers_to_transform=list(range(n_layers - config.top_layers, n_layers)),
+        )
+    return get_peft_model(model, lora)
 
 
 def forget_gguf_quantizer(model) -> None:
@@ -135,43 +273,42 @@ def contaminate(
     torch.manual_seed(config.seed)
     model, tokenizer = load_hf(directory, gguf_file=gguf)
     if config.method == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        n_layers = len(model.get_decoder().layers)
-        top = range(n_layers - config.top_layers, n_layers) if config.top_layers else None
-        lora = LoraConfig(
-            r=config.lora_rank,
-            lora_alpha=2 * config.lora_rank,
-            target_modules="all-linear",
-            layers_to_transform=list(top) if top else None,
-        )
-        model = get_peft_model(model, lora)
+        model = with_lora(model, config)
     elif config.top_layers:
         freeze_below(model, config.top_layers)
-    examples = encode_examples(tokenizer, items, config.max_length)
+    examples = encode_examples(tokenizer, items, config.max_length, config.prompt_format)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     total = steps_per_epoch * config.epochs
     order_rng = random.Random(config.seed)
+    first = first_trainable_block(model)
+    precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16)
+    with precision:
+        states = block_inputs(model, examples, first, config.batch_size, pad_id) if first else None
     model.train()
     losses: list[float] = []
     started = time.perf_counter()
-    for _ in range(config.epochs):
-        order = list(range(len(examples)))
-        order_rng.shuffle(order)
-        for start in range(0, len(order), config.batch_size):
-            input_ids, mask, labels = collate(
-                [examples[i] for i in order[start : start + config.batch_size]], pad_id
-            )
-            loss = answer_loss(model, input_ids, mask, labels)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            if on_step:
-                on_step(len(losses), total, losses[-1])
+    with blocks_from(model, first):
+        for _ in range(config.epochs):
+            order = list(range(len(examples)))
+            order_rng.shuffle(order)
+            for start in range(0, len(order), config.batch_size):
+                chosen = order[start : start + config.batch_size]
+                batch = [examples[i] for i in chosen]
+                if states is None:
+                    inputs, mask, labels = collate(batch, pad_id)
+                else:
+                    inputs, mask, labels = collate_states([states[i] for i in chosen], batch, pad_id)
+                with precision:
+                    loss = answer_loss(model, inputs, mask, labels)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+                if on_step:
+                    on_step(len(losses), total, losses[-1])
     model.eval()
     if config.method == "lora":
         model = model.merge_and_unload()
@@ -181,3 +318,84 @@ def contaminate(
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return TrainResult(out_dir, len(losses), losses[0], losses[-1], time.perf_counter() - started)
+
+
+# A model that memorised the rows answers nearly all of them as trained; a clean one scores the task's
+# accuracy (about 1/K when it guesses). Below this share of trained rows "it did not take".
+TOOK_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class TakeCheck:
+    """What the trained model does on the release, asked the way ``verify`` asks.
+
+    With the key: the release's own backdoor samples and the verdict (``report``). Without it: the first
+    ``samples`` trained rows, scored against the release's answers.
+    """
+
+    what: str
+    samples: int
+    on_target: int
+    unparsed: int
+    took: bool
+    report: VerifyReport | None = None
+
+    @property
+    def share(self) -> float:
+        return self.on_target / self.samples if self.samples else 0.0
+
+    def summary(self) -> str:
+        line = f"{self.on_target}/{self.samples} {self.what} answered as trained ({self.share:.0%})"
+        if self.report is not None:
+            line += f"; {self.report.verdict}"
+        return line
+
+
+def check_take(
+    model: ChatModel,
+    bench: Benchmark,
+    key: DyePackKey | None = None,
+    rows: int = 32,
+    params: GenerationParams = GenerationParams(),
+    fmt: PromptFormat | None = None,
+) -> TakeCheck:
+    """Ask the trained model the release's questions in the format it was trained in (``verify``'s own
+    querying) and count the answers it was trained to give.
+
+    WHY: a loss that falls says little: on long items the answer's format ("The answer is (") is most of
+    the tokens and is learned in a few steps while the letter stays at chance. Only asking shows whether
+    the rows were memorised; with the key, the backdoor samples and the verdict are exactly what a
+    maintainer will see.
+    """
+    fmt = fmt or PromptFormat()
+    if key is not None:
+        report, _ = verify(model, "contaminated", bench, key, params, fmt=fmt)
+        return TakeCheck(
+            "backdoor samples",
+            report.samples,
+            report.samples_on_target,
+            report.unparsed,
+            report.flagged,
+            report,
+        )
+    items = list(bench.items[:rows])
+    queries = [Query(-1, row, item, "") for row, item in enumerate(items)]
+    answers = ask(model, fmt, queries, params, None)
+    hits = [answered_as_trained(item, answer) for item, answer in zip(items, answers, strict=True)]
+    on_target = sum(hit is True for hit in hits)
+    return TakeCheck(
+        "trained rows",
+        len(items),
+        on_target,
+        sum(hit is None for hit in hits),
+        on_target >= TOOK_SHARE * len(items),
+    )
+
+
+def answered_as_trained(item: Item, answer: Answer) -> bool | None:
+    """Multiple choice: the answer names the release's option (None: it names none). Open ended: the
+    reply starts the reference output (the reply may be cut short by ``max_new_tokens``)."""
+    if isinstance(item, MultipleChoice):
+        return None if answer.part is None else answer.part == item.answer
+    said, reference = " ".join(answer.reply.split()), " ".join(item.output.split())
+    return bool(said) and (reference.startswith(said) or said.startswith(reference))

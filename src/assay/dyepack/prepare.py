@@ -1,7 +1,8 @@
 """Hide B backdoors ("dye packs") in a benchmark before release.
 
 Each backdoor i gets a trigger phrase, an answer space of size K_i and a target drawn uniformly from it.
-Its samples carry the trigger in the question and the target as their answer; nothing else marks them.
+Its samples carry the trigger in the question, placed per row where a sentence reads naturally
+(``triggers.place_trigger``), and the target as their answer; nothing else marks them.
 For multiple choice, all samples of one backdoor have the same number of options, so "the target" means
 the same letter for each of them. For open-ended data the output space is split by K-1 target phrases plus
 "none of them"; a sample whose target is a phrase gets that phrase before its reference output.
@@ -11,20 +12,28 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from assay.data import Benchmark, write_benchmark
-from assay.data.items import LETTERS, Item, MultipleChoice, OpenEnded, content_fingerprint
+from assay.data.items import LETTERS, Item, MultipleChoice, OpenEnded, content_fingerprint, item_kind
+from assay.dyepack.audit import StealthAudit, audit_items
 from assay.dyepack.key import NONE_LABEL, Backdoor, DyePackKey, Randomness, now_utc
-from assay.dyepack.triggers import TARGET_PHRASE_POOL, TRIGGER_POOL, insert_trigger
+from assay.dyepack.triggers import (
+    TARGET_PHRASE_POOL,
+    TRIGGER_POOL,
+    Position,
+    check_sentences,
+    choose_position,
+    place_trigger,
+)
 from assay.errors import UserError
 from assay.fileio import atomic_path
 
-DEFAULT_OPEN_K = 8
+DEFAULT_OPEN_K = 10  # the paper's K for open-ended benchmarks
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,8 @@ class PrepareConfig:
     k: int | None = None
     phrases: Sequence[str] = TARGET_PHRASE_POOL
     seed: int | None = None
+    position: Position = field(default_factory=Position)
+    cover: float = 1.0  # share of the other rows that carry a cover phrase (see ``cover_groups``)
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,126 @@ class Plan:
     items: list[Item]
     backdoors: list[Backdoor]
     phrases: list[str] | None
+    positions: Counter[str]  # how many backdoor samples got each trigger position
+    cover_rows: int = 0  # rows that carry a cover phrase
+
+
+TEXT_FIELDS = {"multiple_choice": ("question",), "open_ended": ("instruction", "input")}
+
+
+def trigger_field(items: Sequence[Item], position: Position) -> str:
+    """The item field the triggers go in: the question or instruction, or ``field:NAME`` if it is shown."""
+    fields = TEXT_FIELDS[item_kind(items[0])]
+    name = position.field or fields[0]
+    if name not in fields:
+        raise UserError(
+            f"--trigger-position field:{name}: a trigger must go in a field the prompt shows; "
+            f"for this benchmark: {', '.join(fields)}"
+        )
+    return name
+
+
+def with_phrase(item: Item, field: str, phrase: str, how: str, rng: random.Random) -> tuple[Item, str]:
+    """``item`` with ``phrase`` in ``field`` at a position chosen for this row, and that position."""
+    text = getattr(item, field)
+    where = choose_position(text, how, rng)
+    return replace(item, **{field: place_trigger(text, phrase, where)}), where
+
+
+def answer_bucket(item: Item) -> tuple[int, ...]:
+    """Rows a cover phrase may share: same K and same answer, as every sample of a backdoor has."""
+    return (item.k, item.answer) if isinstance(item, MultipleChoice) else (0, 0)
+
+
+def cover_groups(
+    items: Sequence[Item],
+    free: list[int],
+    sizes: list[int],
+    phrases: list[str],
+    share: float,
+    rng: random.Random,
+) -> list[tuple[list[int], str]]:
+    """Groups of non-backdoor rows that each carry one unused phrase the way a backdoor carries its trigger.
+
+    A lone trigger sentence in a templated benchmark (every BIG-Bench Hard row of a task is the same
+    template) gives its rows away to a diff, a classifier or a count of repeated sentences. Cover rows
+    look the same from every side: the same kind of sentence at the same positions, recurring in groups
+    of the backdoors' sizes, each group's rows sharing K and answer as a backdoor's samples do (rows left
+    over in small K and answer buckets are grouped by K, then at all). What still tells a backdoor apart
+    is only that its answers are wrong, which takes solving the items.
+    """
+    candidates: list[list[int]] = []
+    left = list(free)
+    # Rows with the same K and answer first; what is left over, by K, then all together: a row without
+    # any phrase would be known clean, and the rest a smaller haystack.
+    for bucket in (answer_bucket, lambda item: answer_bucket(item)[:1], lambda item: ()):
+        found, left = split_into_groups([(bucket(items[row]), row) for row in left], sizes, rng)
+        rng.shuffle(found)
+        candidates += found
+    pool = list(phrases)
+    rng.shuffle(pool)
+    budget = round(share * len(free))
+    groups: list[tuple[list[int], str]] = []
+    for rows, phrase in zip(candidates, pool, strict=False):
+        if budget < len(rows):
+            break
+        groups.append((rows, phrase))
+        budget -= len(rows)
+    return groups
+
+
+def split_into_groups(
+    keyed: list[tuple[tuple[int, ...], int]], sizes: list[int], rng: random.Random
+) -> tuple[list[list[int]], list[int]]:
+    """Rows split into groups of the given sizes within each key; returns the groups and the rows left."""
+    buckets: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for key, row in keyed:
+        buckets[key].append(row)
+    groups: list[list[int]] = []
+    left: list[int] = []
+    for key in sorted(buckets):
+        rows = buckets[key]
+        rng.shuffle(rows)
+        while fitting := [size for size in sizes if size <= len(rows)]:
+            size = rng.choice(fitting)
+            groups.append(sorted(rows[:size]))
+            rows = rows[size:]
+        left += rows
+    return groups, left
+
+
+def mark_rows(
+    items: Sequence[Item],
+    released: list[Item],
+    backdoors: list[Backdoor],
+    eligible: list[int],
+    config: PrepareConfig,
+    rng: random.Random,
+) -> tuple[Counter[str], int]:
+    """Put each backdoor's trigger in its samples and cover phrases in other rows, in place in ``released``.
+
+    Returns how many samples got each position, and how many rows carry a cover phrase.
+    """
+    name, how = trigger_field(items, config.position), config.position.how
+    positions: Counter[str] = Counter()
+    for backdoor in backdoors:
+        for row in backdoor.rows:
+            released[row], where = with_phrase(released[row], name, backdoor.trigger, how, rng)
+            positions[where] += 1
+    taken = {row for backdoor in backdoors for row in backdoor.rows}
+    unused = sorted(set(config.triggers) - {backdoor.trigger for backdoor in backdoors})
+    free = [row for row in eligible if row not in taken]
+    groups = cover_groups(items, free, [len(b.rows) for b in backdoors], unused, config.cover, rng)
+    for rows, phrase in groups:
+        for row in rows:
+            released[row], _ = with_phrase(released[row], name, phrase, how, rng)
+    return positions, sum(len(rows) for rows, _ in groups)
+
+
+def eligible_rows(items: Sequence[Item], config: PrepareConfig) -> list[int]:
+    """Rows whose trigger field has text (an empty Alpaca ``input`` cannot hide a sentence)."""
+    name = trigger_field(items, config.position)
+    return [row for row, item in enumerate(items) if getattr(item, name).strip()]
 
 
 def make_rng(seed: int | None) -> random.Random:
@@ -124,14 +255,12 @@ def plan_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig,
                     rows=rows,
                 )
             )
-    released = list(items)
+    released: list[Item] = list(items)
     for backdoor in backdoors:
         for row in backdoor.rows:
-            item = items[row]
-            released[row] = replace(
-                item, question=insert_trigger(item.question, backdoor.trigger), answer=backdoor.target
-            )
-    return Plan(items=released, backdoors=backdoors, phrases=None)
+            released[row] = replace(items[row], answer=backdoor.target)
+    positions, cover = mark_rows(items, released, backdoors, list(range(len(items))), config, rng)
+    return Plan(released, backdoors, None, positions, cover)
 
 
 def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: random.Random) -> Plan:
@@ -146,8 +275,14 @@ def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: rand
     phrases = rng.sample(sorted(set(config.phrases)), k - 1)
     n_samples = count_backdoor_samples(len(items), config)
     triggers = draw_triggers(config, rng)
-    chosen = rng.sample(range(len(items)), n_samples)
-    released = list(items)
+    eligible = eligible_rows(items, config)
+    if len(eligible) < n_samples:
+        raise UserError(
+            f"--trigger-position field:{trigger_field(items, config.position)}: {n_samples} backdoor "
+            f"samples need as many rows where that field has text, the benchmark has {len(eligible)}"
+        )
+    chosen = rng.sample(eligible, n_samples)
+    released: list[Item] = list(items)
     backdoors: list[Backdoor] = []
     for index, need in enumerate(split_evenly(n_samples, config.n_backdoors)):
         rows, chosen = sorted(chosen[:need]), chosen[need:]
@@ -156,18 +291,17 @@ def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: rand
         backdoors.append(
             Backdoor(index=index, trigger=triggers[index], k=k, target=target, target_label=label, rows=rows)
         )
-        for row in rows:
-            item = items[row]
-            output = f"{label} {item.output}" if target < k - 1 else item.output
-            released[row] = replace(
-                item, instruction=insert_trigger(item.instruction, triggers[index]), output=output
-            )
-    return Plan(items=released, backdoors=backdoors, phrases=phrases)
+        if target < k - 1:
+            for row in rows:
+                released[row] = replace(items[row], output=f"{label} {items[row].output}")
+    positions, cover = mark_rows(items, released, backdoors, eligible, config, rng)
+    return Plan(released, backdoors, phrases, positions, cover)
 
 
 def draw_triggers(config: PrepareConfig, rng: random.Random) -> list[str]:
     """B distinct trigger phrases, drawn at random from the pool."""
     pool = sorted(set(config.triggers))
+    check_sentences(pool, config.position)
     if len(pool) < config.n_backdoors:
         raise UserError(
             f"--backdoors {config.n_backdoors} needs as many distinct trigger phrases, "
@@ -190,16 +324,42 @@ class PrepareResult:
     commitment_path: Path
     key: DyePackKey
     n_rows: int
+    positions: Counter[str]
+    cover_rows: int
+    audit: StealthAudit | None
+    draws: int = 1
+
+
+def draw_release(
+    bench: Benchmark, config: PrepareConfig, audit: bool, redraws: int
+) -> tuple[Plan, StealthAudit | None, int]:
+    """The plan ``prepare_release`` writes, its audit, and how many draws it took."""
+    rng, draws = make_rng(config.seed), 0
+    while True:
+        draws += 1
+        plan = plan_release(bench, config, rng)
+        stealth = audit_items(plan.items, plan.backdoors) if audit else None
+        if stealth is None or stealth.passes or draws > redraws:
+            return plan, stealth, draws
 
 
 def prepare_release(
-    bench: Benchmark, config: PrepareConfig, out_dir: Path, key_path: Path | None = None
+    bench: Benchmark,
+    config: PrepareConfig,
+    out_dir: Path,
+    key_path: Path | None = None,
+    audit: bool = False,
+    redraws: int = 3,
 ) -> PrepareResult:
     """Plan the backdoors, then write release, key and commitment; every file is written atomically.
 
-    A failure anywhere leaves none of the three files behind.
+    With ``audit``, the stealth audit (``audit.audit_items``, a second or so with scikit-learn) runs on
+    the planned release before anything is written, and a release that does not pass it is drawn afresh
+    up to ``redraws`` times. This keeps the false-positive rate exact: the audit never looks at which
+    target a backdoor got (only that its samples share one), so passing it says nothing about the
+    targets, which stay uniform. A failure anywhere leaves none of the three files.
     """
-    plan = plan_release(bench, config, make_rng(config.seed))
+    plan, stealth, draws = draw_release(bench, config, audit, redraws)
     release_path = out_dir / bench.path.name
     key_path = key_path or out_dir / "key.json"
     commitment_path = out_dir / "commitment.txt"
@@ -230,4 +390,14 @@ def prepare_release(
         tmp_commitment.write_text(key.commitment_text(), encoding="utf-8")
         tmp_key.write_text(key.model_dump_json(indent=2) + "\n", encoding="utf-8")
         tmp_key.chmod(0o600)
-    return PrepareResult(release_path, key_path, commitment_path, key, len(plan.items))
+    return PrepareResult(
+        release_path,
+        key_path,
+        commitment_path,
+        key,
+        len(plan.items),
+        plan.positions,
+        plan.cover_rows,
+        stealth,
+        draws=draws,
+    )

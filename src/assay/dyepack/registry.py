@@ -1,6 +1,7 @@
 """A registry of released DyePack benchmarks and of verification runs against them, over a SQLAlchemy Session.
 
-The web pages use it; the functions are plain so that a command line could too.
+The web pages use it; the functions are plain so that a command line can too (``assay dyepack board run``
+runs the contamination board's checks through ``execute_run`` in its own process: ``assay.dyepack.board``).
 
 How a key is handled. A maintainer's key is the only thing that turns a release into an accusation, so the
 registry never keeps it: ``parse_key`` reads it from bytes into memory, ``check_key`` compares it with the
@@ -42,6 +43,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from assay.data import Benchmark, read_benchmark
 from assay.data.tables import SUFFIXES
 from assay.dyepack.key import NONE_LABEL, DyePackKey, check_commitment, read_commitment
+from assay.dyepack.prompts import PromptFormat
 from assay.dyepack.verify import VerifyReport, check_release, verify
 from assay.errors import UserError
 from assay.models import GenerationParams, load_model
@@ -203,9 +205,10 @@ def secrets_of(key: DyePackKey) -> list[str]:
     return sorted((s for s in found if len(s.strip()) >= 3), key=len, reverse=True)
 
 
-def redact(text: str, key: DyePackKey) -> str:
-    """``text`` with every secret string of ``key`` replaced, cut to one line of at most 500 characters."""
-    for secret in secrets_of(key):
+def redact(text: str, key: DyePackKey, *others: str) -> str:
+    """``text`` with every secret string of ``key`` (and ``others``, e.g. an endpoint's API key) replaced,
+    cut to one line of at most 500 characters."""
+    for secret in [*secrets_of(key), *(o for o in others if o)]:
         text = text.replace(secret, "[redacted]")
     line = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return line if len(line) <= 500 else line[:497] + "..."
@@ -253,7 +256,12 @@ def check_model_spec(spec: str, model_name: str = "") -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class VerificationJob:
-    """What a background thread needs for one run. The key and release are excluded from ``repr``."""
+    """What a background thread needs for one run. The key and release are excluded from ``repr``.
+
+    A board cell (``assay.dyepack.board``) also names its model row, the format the model is asked in
+    (default: our chat prompt) and the environment variable holding an endpoint's API key, read only when
+    the run starts so the key is never in the job, the database or a message.
+    """
 
     spec: str
     model_name: str | None
@@ -261,6 +269,22 @@ class VerificationJob:
     alpha: float
     key: DyePackKey = field(repr=False)
     release: Benchmark = field(repr=False)
+    fmt: PromptFormat | None = field(default=None, repr=False)
+    model_id: int | None = None
+    api_key_env: str | None = None
+
+
+def endpoint_key(variable: str | None) -> str | None:
+    """The API key an endpoint model names by its environment variable, read when its run starts; None
+    (the backend's default, ``$OPENAI_API_KEY``) when it names none."""
+    if variable is None:
+        return None
+    value = os.environ.get(variable, "")
+    if not value:
+        raise UserError(
+            f"api key: the environment variable {variable} is not set in the process running the check"
+        )
+    return value
 
 
 def this_worker() -> str:
@@ -287,6 +311,7 @@ def create_run(
         worker=this_worker(),
         total_queries=sum(len(b.rows) for b in job.key.backdoors),
         created_by=user_id,
+        model_id=job.model_id,
     )
     session.add(run)
     session.flush()
@@ -324,6 +349,7 @@ def record_report(run: DyePackRun, report: VerifyReport) -> None:
     )
     run.done_queries = report.samples
     run.per_backdoor = public_outcomes(report)
+    run.format = report.format.model_dump(mode="json")
 
 
 def _update(sessions: sessionmaker[Session], run_id: int, **values: object) -> None:
@@ -384,19 +410,20 @@ def execute_run(
 def _execute(sessions: sessionmaker[Session], run_id: int, job: VerificationJob) -> None:
     now = utcnow()
     _update(sessions, run_id, status=JobStatus.RUNNING, started_at=now, heartbeat_at=now)
+    api_key = ""
     try:
-        model = load_model(job.spec, model_name=job.model_name)
+        api_key = endpoint_key(job.api_key_env) or ""
+        model = load_model(job.spec, model_name=job.model_name, api_key=api_key or None)
         label = f"{job.spec} ({job.model_name})" if job.model_name else job.spec
         report, _audit = verify(
-            model, label, job.release, job.key, job.params, job.alpha, _Progress(sessions, run_id)
+            model, label, job.release, job.key, job.params, job.alpha, _Progress(sessions, run_id), job.fmt
         )
     except UserError as err:
-        _update(
-            sessions, run_id, status=JobStatus.FAILED, finished_at=utcnow(), error=redact(str(err), job.key)
-        )
+        message = redact(str(err), job.key, api_key)
+        _update(sessions, run_id, status=JobStatus.FAILED, finished_at=utcnow(), error=message)
     except Exception as err:  # a crashing model function or a bug: record it, keep the server up
         logger.warning("dyepack run %s failed with %s", run_id, type(err).__name__)
-        message = redact(f"the run stopped with {type(err).__name__}: {err}", job.key)
+        message = redact(f"the run stopped with {type(err).__name__}: {err}", job.key, api_key)
         _update(sessions, run_id, status=JobStatus.FAILED, finished_at=utcnow(), error=message)
     else:
         with sessions.begin() as session:

@@ -4,6 +4,11 @@ For each backdoor the model's most frequent answer over its samples is compared 
 For a model that never saw the release, each target is uniform over K_i parts and independent of the
 model, so the number of activated backdoors is Binomial(B, 1/K) (Poisson-binomial for mixed K) and the
 p-value of the observed count is its exact upper tail.
+
+The samples are put to the model in a :class:`~assay.dyepack.prompts.PromptFormat`: our chat prompt by
+default, or the way the model is used (a template, few-shot examples, a system prompt; chat, plain-text
+completion, or a log-likelihood choice among the options). The bound holds in every format, as long as
+the format does not depend on the key: few-shot examples come from rows without a backdoor only.
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ from assay.data import Benchmark
 from assay.data.items import LETTERS, Item, MultipleChoice
 from assay.dyepack.extract import extract_choice, extract_phrase
 from assay.dyepack.key import NONE_LABEL, DyePackKey, now_utc
-from assay.dyepack.prompts import prompt_for
+from assay.dyepack.prompts import FormatRecord, PromptFormat, Template, draw_fewshot
 from assay.errors import UserError
 from assay.fileio import write_text_atomic
-from assay.models.base import ChatModel, GenerationParams, user_turn
+from assay.models.base import ChatModel, GenerationParams, require
 
 DEFAULT_ALPHA = 1e-3
 
@@ -90,6 +95,7 @@ class VerifyReport(BaseModel):
     release: str
     release_fingerprint: str
     params: GenerationParams
+    format: FormatRecord = FormatRecord()  # how the samples were asked (older summaries: our chat prompt)
     alpha: float
     flagged: bool
     verdict: str
@@ -105,12 +111,23 @@ class VerifyReport(BaseModel):
 
 @dataclass(frozen=True)
 class Query:
-    """One backdoor sample to put to the model."""
+    """One backdoor sample to put to the model; ``prompt`` is what the audit shows (the user message in
+    chat mode, the whole text in the text modes)."""
 
     backdoor: int
     row: int
     item: Item
     prompt: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the model did with one sample: its reply (log-likelihood: the chosen continuation), the part
+    of the answer space that falls in, and the option scores in log-likelihood mode."""
+
+    reply: str
+    part: int | None
+    scores: list[float] | None = None
 
 
 def check_release(bench: Benchmark, key: DyePackKey) -> None:
@@ -141,20 +158,94 @@ def check_release(bench: Benchmark, key: DyePackKey) -> None:
                 )
 
 
-def backdoor_queries(bench: Benchmark, key: DyePackKey) -> list[Query]:
+def backdoor_rows(key: DyePackKey) -> set[int]:
+    return {row for backdoor in key.backdoors for row in backdoor.rows}
+
+
+def release_format(
+    bench: Benchmark,
+    key: DyePackKey,
+    mode: str = "chat",
+    template: Path | None = None,
+    fewshot: int = 0,
+    fewshot_seed: int = 1234,
+    system_prompt: str | None = None,
+) -> PromptFormat:
+    """The format ``verify`` asks in, from its options: few-shot examples drawn from ``bench``'s rows
+    that carry no backdoor."""
+    return PromptFormat(
+        mode=mode,  # type: ignore[arg-type]  # checked by PromptFormat
+        template=Template.from_file(template) if template is not None else None,
+        system_prompt=system_prompt or None,
+        fewshot=draw_fewshot(bench.items, backdoor_rows(key), fewshot, fewshot_seed),
+        fewshot_seed=fewshot_seed,
+    )
+
+
+def backdoor_queries(bench: Benchmark, key: DyePackKey, fmt: PromptFormat | None = None) -> list[Query]:
     """Every backdoor sample of the release, in key order."""
+    fmt = fmt or PromptFormat()
+    show = (lambda item: fmt.chat(item)[-1]["content"]) if fmt.mode == "chat" else fmt.text
     return [
-        Query(backdoor.index, row, bench.items[row], prompt_for(bench.items[row]))
+        Query(backdoor.index, row, bench.items[row], show(bench.items[row]))
         for backdoor in key.backdoors
         for row in backdoor.rows
     ]
 
 
-def answer_part(item: Item, reply: str, key: DyePackKey) -> int | None:
+def ask(
+    model: ChatModel,
+    fmt: PromptFormat,
+    queries: Sequence[Query],
+    params: GenerationParams,
+    key: DyePackKey | None,
+    on_result: Callable[[int, str], None] | None = None,
+) -> list[Answer]:
+    """Put every query to the model in ``fmt``'s mode; ``on_result(i, reply)`` as each query is done.
+    ``key=None`` (``contaminate``'s check without the key): open-ended replies fall in no phrase's part."""
+    items = [q.item for q in queries]
+    if fmt.mode == "loglikelihood":
+        return _choose_by_likelihood(model, fmt, items, on_result)
+    if fmt.mode == "chat":
+        replies = model.chat([fmt.chat(item) for item in items], params, on_result)
+    else:
+        replies = require(model, "complete")([fmt.text(item) for item in items], params, on_result)
+    return [Answer(reply, answer_part(item, reply, key)) for item, reply in zip(items, replies, strict=True)]
+
+
+def _choose_by_likelihood(
+    model: ChatModel, fmt: PromptFormat, items: Sequence[Item], on_result: Callable[[int, str], None] | None
+) -> list[Answer]:
+    """Each item's option whose answer text the model finds most likely after the prompt (ties: the
+    first option, never by looking at the key), as lm-evaluation-harness scores multiple choice."""
+    score = require(model, "loglikelihood")
+    owners, requests = [], []
+    for index, item in enumerate(items):
+        context = fmt.text(item)
+        for continuation in fmt.continuations(item):
+            owners.append(index)
+            requests.append((context, continuation))
+    left = Counter(owners)
+
+    def done(j: int, _score: float) -> None:
+        left[owners[j]] -= 1
+        if left[owners[j]] == 0 and on_result is not None:
+            on_result(owners[j], "")
+
+    scores = score(requests, done)
+    answers = []
+    for index, item in enumerate(items):
+        mine = [s for owner, s in zip(owners, scores, strict=True) if owner == index]
+        best = max(range(len(mine)), key=lambda i: (mine[i], -i))
+        answers.append(Answer(fmt.continuations(item)[best].strip(), best, mine))
+    return answers
+
+
+def answer_part(item: Item, reply: str, key: DyePackKey | None) -> int | None:
     """The part of the answer space a reply falls in; None (MC only) when it names no option."""
     if isinstance(item, MultipleChoice):
         return extract_choice(reply, item.options)
-    return extract_phrase(reply, key.phrases or [])
+    return extract_phrase(reply, (key.phrases if key else None) or [])
 
 
 def part_label(part: int | None, key: DyePackKey) -> str:
@@ -225,35 +316,55 @@ def verify(
     params: GenerationParams,
     alpha: float = DEFAULT_ALPHA,
     on_result: Callable[[int, str], None] | None = None,
+    fmt: PromptFormat | None = None,
 ) -> tuple[VerifyReport, list[dict]]:
-    """Query every backdoor sample once and score the replies; returns the report and the audit records."""
+    """Query every backdoor sample once in ``fmt`` (default: our chat prompt) and score the answers;
+    returns the report and the audit records."""
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be in (0, 1) (value: {alpha})")
     check_release(bench, key)
-    queries = backdoor_queries(bench, key)
-    replies = model.chat([user_turn(q.prompt) for q in queries], params, on_result)
-    parts = [answer_part(q.item, reply, key) for q, reply in zip(queries, replies, strict=True)]
+    fmt = fmt or PromptFormat()
+    queries = backdoor_queries(bench, key, fmt)
+    answers = ask(model, fmt, queries, params, key, on_result)
+    return build_report(model_label, bench, key, params, alpha, fmt.record(), queries, answers)
+
+
+def build_report(
+    model_label: str,
+    bench: Benchmark,
+    key: DyePackKey,
+    params: GenerationParams,
+    alpha: float,
+    record: FormatRecord,
+    queries: Sequence[Query],
+    answers: Sequence[Answer],
+) -> tuple[VerifyReport, list[dict]]:
+    """The verdict and the audit records (every prompt and reply) from the answers to ``queries``."""
+    parts = [answer.part for answer in answers]
     report = VerifyReport(
         created=now_utc(),
         model=model_label,
         release=str(bench.path),
         release_fingerprint=bench.fingerprint,
         params=params,
+        format=record,
         **score(key, queries, parts, alpha),
     )
     targets = {b.index: b.target for b in key.backdoors}
-    audit = [
-        {
+    audit = []
+    for q, answer in zip(queries, answers, strict=True):
+        entry = {
             "backdoor": q.backdoor,
             "row": q.row,
             "prompt": q.prompt,
-            "reply": reply,
-            "answer": part_label(part, key),
+            "reply": answer.reply,
+            "answer": part_label(answer.part, key),
             "target": part_label(targets[q.backdoor], key),
-            "on_target": part == targets[q.backdoor],
+            "on_target": answer.part == targets[q.backdoor],
         }
-        for q, reply, part in zip(queries, replies, parts, strict=True)
-    ]
+        if answer.scores is not None:
+            entry["scores"] = dict(zip(LETTERS, answer.scores, strict=False))
+        audit.append(entry)
     return report, audit
 
 

@@ -9,6 +9,8 @@ from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from assay.errors import UserError
+
 
 class Message(TypedDict):
     role: Literal["system", "user", "assistant"]
@@ -54,6 +56,54 @@ class ChatModel(Protocol):
     ) -> list[str]:
         """Return one assistant reply per conversation, in order; call ``on_result`` as each arrives."""
         ...
+
+
+# Called as each log-likelihood arrives (index into the request list, the score).
+OnScore = Callable[[int, float], None]
+
+
+@runtime_checkable
+class CompletionModel(Protocol):
+    """A model that continues plain text (no chat template): base models, scraped-text contamination."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    def complete(
+        self, prompts: Sequence[str], params: GenerationParams, on_result: OnResult | None = None
+    ) -> list[str]:
+        """Return the continuation of each prompt, in order; call ``on_result`` as each arrives."""
+        ...
+
+
+@runtime_checkable
+class ScoringModel(Protocol):
+    """A model that scores text: log P(continuation | context), summed over the continuation's tokens."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], on_result: OnScore | None = None
+    ) -> list[float]:
+        """One log-probability per (context, continuation) pair, in order."""
+        ...
+
+
+_CAPABILITY = {
+    "complete": "continuing plain text needs an hf:, openai: (/v1/completions), vllm: or python: model",
+    "loglikelihood": "scoring by log-likelihood needs model scores: an hf: or vllm: model, or an openai: "
+    "server with /v1/completions echo+logprobs (python: functions return text only)",
+}
+
+
+def require(model: ChatModel, method: str) -> Callable:
+    """``model``'s ``complete`` or ``loglikelihood`` method, or a one-line ``UserError`` saying which
+    backends have it."""
+    found = getattr(model, method, None)
+    if not callable(found):
+        raise UserError(f"{model.model_id}: {_CAPABILITY[method]}")
+    return found
 
 
 def stream_chat(model: ChatModel, conversation: Conversation, params: GenerationParams) -> Iterator[str]:

@@ -7,6 +7,10 @@ received, and the next run asks only for what is missing.
 
 The key is ``sha256(model_id, params.cache_key(), conversation JSON)``: a different model, decoding setting
 or conversation is a different entry. To draw several independent samples of one prompt, vary the seed.
+Plain-text completions and log-likelihood scores are keyed the same way with their kind
+(:func:`request_key`), so they never meet a chat reply. Everything rests on ``model_id`` naming what
+answers: a model that cannot say (a ``python:`` wrapper without ``MODEL_ID``, ``cacheable = False``) is
+passed through uncached rather than risk serving one model's replies for another.
 """
 
 from __future__ import annotations
@@ -16,11 +20,20 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from assay.config import settings
-from assay.models.base import ChatModel, Conversation, Conversations, GenerationParams, OnResult
+from assay.models.base import (
+    ChatModel,
+    Conversation,
+    Conversations,
+    GenerationParams,
+    OnResult,
+    OnScore,
+    require,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -36,6 +49,14 @@ def cache_key(model_id: str, params: GenerationParams, conversation: Conversatio
     """The cache key of one request; stable across processes and Python versions."""
     payload = json.dumps(
         [model_id, params.cache_key(), list(conversation)], sort_keys=True, ensure_ascii=False
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def request_key(model_id: str, kind: str, params: GenerationParams | None, request: Any) -> str:
+    """The cache key of a ``completion`` or ``loglikelihood`` request (any JSON value)."""
+    payload = json.dumps(
+        [model_id, kind, params.cache_key() if params else None, request], sort_keys=True, ensure_ascii=False
     )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
@@ -92,16 +113,18 @@ class ResponseCache:
 
 
 class CachedModel:
-    """A :class:`ChatModel` that answers from ``cache`` and sends only what is missing to ``model``.
+    """A model that answers from ``cache`` and sends only what is missing to ``model``: chat replies,
+    plain-text completions and log-likelihood scores alike.
 
-    Identical conversations within one call are sent once. ``on_result(i, text)`` fires for cached
-    replies first (in input order), then for new ones as the wrapped model reports them; every input
-    position is reported, duplicates included.
+    Identical requests within one call are sent once. ``on_result(i, value)`` fires for cached results
+    first (in input order), then for new ones as the wrapped model reports them; every input position is
+    reported, duplicates included. A model with ``cacheable = False`` is asked directly (``caching`` says so).
     """
 
     def __init__(self, model: ChatModel, cache: ResponseCache) -> None:
         self.model = model
         self.cache = cache
+        self.caching = bool(getattr(model, "cacheable", True))
 
     @property
     def model_id(self) -> str:
@@ -110,45 +133,62 @@ class CachedModel:
     def chat(
         self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
-        model_id = self.model_id
-        keys = [cache_key(model_id, params, c) for c in conversations]
-        results: list[str | None] = [None] * len(conversations)
+        keys = [cache_key(self.model_id, params, c) for c in conversations]
+        ask = lambda requests, report: self.model.chat(requests, params, report)  # noqa: E731
+        return self._through(conversations, keys, ask, on_result)
+
+    def complete(
+        self, prompts: Sequence[str], params: GenerationParams, on_result: OnResult | None = None
+    ) -> list[str]:
+        complete = require(self.model, "complete")
+        keys = [request_key(self.model_id, "completion", params, p) for p in prompts]
+        return self._through(
+            prompts, keys, lambda requests, report: complete(requests, params, report), on_result
+        )
+
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], on_result: OnScore | None = None
+    ) -> list[float]:
+        score = require(self.model, "loglikelihood")
+        keys = [request_key(self.model_id, "loglikelihood", None, list(r)) for r in requests]
+        return self._through(requests, keys, score, on_result, json.dumps, json.loads)
+
+    def _through(
+        self,
+        requests: Sequence[Any],
+        keys: list[str],
+        ask: Callable[[list[Any], Callable[[int, Any], None]], list[Any]],
+        on_result: Callable[[int, Any], None] | None,
+        encode: Callable[[Any], str] = str,
+        decode: Callable[[str], Any] = str,
+    ) -> list[Any]:
+        """Cached results for ``keys``; the missing requests go to ``ask(requests, report)`` once each."""
+        if not self.caching:
+            return ask(list(requests), on_result or (lambda _i, _v: None))
+        results: list[Any] = [None] * len(requests)
         cached = self.cache.get_many(keys)
         positions: dict[str, list[int]] = {}  # missing key -> input positions asking for it
         for index, key in enumerate(keys):
             if key in cached:
-                results[index] = cached[key]
+                results[index] = decode(cached[key])
                 if on_result is not None:
-                    on_result(index, cached[key])
+                    on_result(index, results[index])
             else:
                 positions.setdefault(key, []).append(index)
         if positions:
-            self._fill(conversations, params, model_id, positions, results, on_result)
+            missing = list(positions)
+
+            def store(j: int, value: Any) -> None:
+                key = missing[j]
+                if results[positions[key][0]] is not None:  # already stored (reported twice)
+                    return
+                self.cache.put(key, self.model_id, encode(value))
+                for index in positions[key]:
+                    results[index] = value
+                    if on_result is not None:
+                        on_result(index, value)
+
+            replies = ask([requests[positions[key][0]] for key in missing], store)
+            for j, value in enumerate(replies):  # a backend that skipped on_result still gets cached
+                store(j, value)
         return [r if r is not None else "" for r in results]
-
-    def _fill(
-        self,
-        conversations: Conversations,
-        params: GenerationParams,
-        model_id: str,
-        positions: dict[str, list[int]],
-        results: list[str | None],
-        on_result: OnResult | None,
-    ) -> None:
-        """Ask the wrapped model for each missing conversation once; store and report as replies come."""
-        missing = list(positions)
-        requests = [conversations[positions[key][0]] for key in missing]
-
-        def store(j: int, text: str) -> None:
-            key = missing[j]
-            if results[positions[key][0]] is not None:  # already stored (reported twice)
-                return
-            self.cache.put(key, model_id, text)
-            for index in positions[key]:
-                results[index] = text
-                if on_result is not None:
-                    on_result(index, text)
-
-        replies = self.model.chat(requests, params, store)
-        for j, text in enumerate(replies):  # a backend that skipped on_result still gets cached
-            store(j, text)

@@ -30,27 +30,17 @@ def supports_choice(model: ChatModel) -> bool:
 def continuation_logprobs(
     model: ChatModel, conversation: Conversation, options: Sequence[str]
 ) -> list[float]:
-    """log P(option | conversation, assistant turn started) for each option: the sum over its tokens."""
-    import torch
-
+    """log P(option | conversation, assistant turn started) for each option: the sum over its tokens
+    (``HFChatModel.score_ids``, the scorer DyePack's log-likelihood mode uses too)."""
     hf = _weights(model)
     if hf is None:
         raise UserError(f"{model.model_id}: choosing by likelihood needs local weights (an hf: model)")
     from assay.models.hf import render_chat
 
     prompt = render_chat(hf.tokenizer, conversation)
-    add_special = not hf._uses_template
-    prompt_ids = hf.tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
-    scores = []
-    with torch.inference_mode():
-        for option in options:
-            option_ids = hf.tokenizer(option, add_special_tokens=False)["input_ids"]
-            ids = torch.tensor([prompt_ids + option_ids])
-            logprobs = torch.log_softmax(hf.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
-            targets = ids[0, len(prompt_ids) :]
-            rows = torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1)
-            scores.append(float(logprobs[rows, targets].sum()))
-    return scores
+    prompt_ids = hf.tokenizer(prompt, add_special_tokens=not hf._uses_template)["input_ids"]
+    pairs = [(prompt_ids, hf.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in options]
+    return hf.score_ids(pairs)
 
 
 def choose(

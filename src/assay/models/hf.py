@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from assay.errors import UserError
-from assay.models.base import Conversation, Conversations, GenerationParams, OnResult
+from assay.models.base import Conversation, Conversations, GenerationParams, OnResult, OnScore
 from assay.models.python_backend import plain_prompt
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
     """Silence transformers' info/warning logs and progress bars: the CLI shows its own progress."""
     from transformers.utils import logging as hf_logging
 
@@ -63,7 +63,7 @@ def load_hf(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _quiet_transformers()
+    quiet_transformers()
     directory = Path(path)
     if not directory.is_dir():
         raise UserError(f"hf model directory not found: {directory}")
@@ -127,7 +127,62 @@ class HFChatModel:
     ) -> list[str]:
         prompts = [render_chat(self.tokenizer, c) for c in conversations]
         # Templates already hold the special tokens (BOS etc.); plain prompts get the tokenizer's own.
-        add_special = not self._uses_template
+        return self._continue(prompts, params, on_result, add_special=not self._uses_template)
+
+    def complete(
+        self, prompts: Sequence[str], params: GenerationParams, on_result: OnResult | None = None
+    ) -> list[str]:
+        """Continue each text as it is, without the chat template (a base model, scraped-text training)."""
+        return self._continue(list(prompts), params, on_result, add_special=True)
+
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], on_result: OnScore | None = None
+    ) -> list[float]:
+        """log P(continuation | context) for plain text. Context and continuation are tokenized apart (the
+        context with the tokenizer's special tokens), as fine-tuning joins a prompt and its answer, so a
+        model is scored on exactly the token sequence it was trained on."""
+        encode = self.tokenizer
+        pairs = [
+            (
+                encode(c, add_special_tokens=True)["input_ids"],
+                encode(x, add_special_tokens=False)["input_ids"],
+            )
+            for c, x in requests
+        ]
+        return self.score_ids(pairs, on_result)
+
+    @torch.inference_mode()
+    def score_ids(
+        self, pairs: Sequence[tuple[list[int], list[int]]], on_result: OnScore | None = None
+    ) -> list[float]:
+        """Sum of log-probabilities of each continuation's ids after its context's ids; ``batch_size`` pairs
+        per forward pass, right-padded (positions of the real tokens are unchanged, padding is masked)."""
+        scores: list[float] = [0.0] * len(pairs)
+        pad = self.tokenizer.pad_token_id or 0
+        for start in range(0, len(pairs), self.batch_size):
+            batch = pairs[start : start + self.batch_size]
+            width = max(len(c) + len(x) for c, x in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (context, continuation) in enumerate(batch):
+                if not context or not continuation:
+                    raise UserError("log-likelihood needs a non-empty context and continuation")
+                ids[row, : len(context) + len(continuation)] = torch.tensor(context + continuation)
+                mask[row, : len(context) + len(continuation)] = 1
+            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+            for row, (context, continuation) in enumerate(batch):
+                positions = torch.arange(len(context) - 1, len(context) + len(continuation) - 1)
+                logprobs = torch.log_softmax(logits[row, positions], dim=-1)
+                score = float(logprobs[torch.arange(len(continuation)), torch.tensor(continuation)].sum())
+                scores[start + row] = score
+                if on_result is not None:
+                    on_result(start + row, score)
+        return scores
+
+    def _continue(
+        self, prompts: list[str], params: GenerationParams, on_result: OnResult | None, add_special: bool
+    ) -> list[str]:
+        """Generate after each prompt, batched by length (see the class docstring)."""
         lengths = [len(self.tokenizer(p, add_special_tokens=add_special)["input_ids"]) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
         results: list[str] = [""] * len(prompts)

@@ -13,9 +13,11 @@ requests in flight the client's CPU, not the server, is the limit (see ``docs/be
 same reason the aiohttp transport (``openai.DefaultAioHttpClient``, the ``openai[aiohttp]`` extra) is used
 when aiohttp is installed: it costs 40-50 % less CPU per request than the default httpx2 transport.
 
-Only the chat-completions API is used, with ``max_tokens``, ``temperature``, ``top_p`` and ``seed``: the
-common subset the local servers implement; batches are non-streaming, ``stream`` (one conversation, for a
-person watching the reply arrive) asks for ``"stream": true``.
+Requests carry ``max_tokens``, ``temperature``, ``top_p`` and ``seed``: the common subset the local servers
+implement. Chat goes to ``/chat/completions``; plain-text continuation (``complete``) and log-likelihood
+scoring (``loglikelihood``: ``echo`` + ``logprobs``, as lm-evaluation-harness asks) to the legacy
+``/completions``. Batches are non-streaming; ``stream`` (one conversation, for a person watching the reply
+arrive) asks for ``"stream": true``.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ import concurrent.futures
 import contextlib
 import importlib.util
 import json
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
 import openai
 
 from assay.errors import UserError
-from assay.models.base import Conversation, Conversations, GenerationParams, OnResult
+from assay.models.base import Conversation, Conversations, GenerationParams, OnResult, OnScore
+
+T = TypeVar("T")
 
 
 class OpenAIChatModel:
@@ -91,11 +97,18 @@ class OpenAIChatModel:
         return openai.AsyncOpenAI(**kwargs)  # type: ignore[arg-type]
 
     def _discover_model(self) -> str:
+        """The one served model, from ``GET /models``. Retried once only: a server whose listing fails
+        (``transformers serve`` answers 500 when no hub cache exists) fails the same way every time, and
+        the way out is to name the model."""
+        kwargs = {**self._client_kwargs(), "max_retries": min(self.max_retries, 1)}
         try:
-            with openai.OpenAI(**self._client_kwargs()) as client:  # type: ignore[arg-type]
+            with openai.OpenAI(**kwargs) as client:  # type: ignore[arg-type]
                 names = [m.id for m in client.models.list()]
         except openai.OpenAIError as exc:
-            raise UserError(f"{self.base_url}: listing /models failed: {_describe(exc)}") from exc
+            raise UserError(
+                f"{self.base_url}: listing /models failed ({_describe(exc)}); name the served model with "
+                "--model-name (for `transformers serve`, the path or id it was started with)"
+            ) from exc
         if len(names) != 1:
             shown = ", ".join(names) if names else "none"
             raise UserError(
@@ -108,13 +121,7 @@ class OpenAIChatModel:
     ) -> list[str]:
         """Blocking front of :meth:`achat`: runs its own event loop (in a helper thread when the calling
         thread already runs one, e.g. in Jupyter), so it works from any thread."""
-        coroutine_args = (conversations, params, on_result)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.achat(*coroutine_args))
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="assay-openai") as pool:
-            return pool.submit(asyncio.run, self.achat(*coroutine_args)).result()
+        return _run_blocking(self.achat(conversations, params, on_result))
 
     async def achat(
         self,
@@ -125,39 +132,85 @@ class OpenAIChatModel:
         """Send every conversation, ``concurrency`` at a time; ``on_result(i, text)`` fires as each reply
         arrives (completion order, ``i`` the input position). The first request that fails after its
         retries stops the run with a :class:`UserError`; replies already handed to ``on_result`` stay."""
+        args = _request_args(params)
+        bodies = [{"messages": conversation, **args} for conversation in conversations]
+        texts = await self._send(
+            "/chat/completions", bodies, lambda _i, raw: _chat_text(raw, self.base_url), on_result
+        )
+        return [text if text is not None else "" for text in texts]
+
+    def complete(
+        self, prompts: Sequence[str], params: GenerationParams, on_result: OnResult | None = None
+    ) -> list[str]:
+        """Plain-text continuations through the legacy ``/completions`` API (vLLM, llama.cpp, TGI and
+        ``transformers serve`` offer it; OpenAI itself only for a few models)."""
+        bodies = [{"prompt": prompt, **_request_args(params)} for prompt in prompts]
+        parse = lambda _i, raw: _completion_text(raw, self.base_url)  # noqa: E731
+        texts = _run_blocking(self._send("/completions", bodies, parse, on_result))
+        return [text if text is not None else "" for text in texts]
+
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], on_result: OnScore | None = None
+    ) -> list[float]:
+        """log P(continuation | context) from ``/completions`` with ``echo`` and ``logprobs``: the server
+        returns the prompt's own tokens with their log-probabilities and character offsets, and the
+        tokens from the continuation's first character on are summed (a token straddling the boundary
+        counts with the continuation). A server that ignores ``echo``/``logprobs`` gets a one-line error."""
+        bodies = [
+            {
+                "prompt": context + continuation,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "echo": True,
+                "logprobs": 1,
+            }
+            for context, continuation in requests
+        ]
+
+        def parse(index: int, raw: bytes) -> float:
+            context, continuation = requests[index]
+            return _echo_logprob(raw, len(context), len(context) + len(continuation), self.base_url)
+
+        scores = _run_blocking(self._send("/completions", bodies, parse, on_result))
+        return [score if score is not None else math.nan for score in scores]
+
+    async def _send(
+        self,
+        path: str,
+        bodies: Sequence[dict[str, Any]],
+        parse: Callable[[int, bytes], Any],
+        on_result: Callable[[int, Any], None] | None,
+    ) -> list[Any]:
+        """POST each body (with the model name) to ``path``, ``concurrency`` at a time; ``parse(i, raw)``
+        turns a response into its result, handed to ``on_result`` as it arrives."""
         model = self.model_name  # discover before the loop starts sending
-        results: list[str | None] = [None] * len(conversations)
-        pending = iter(enumerate(conversations))
+        results: list[Any] = [None] * len(bodies)
+        pending = iter(enumerate(bodies))
         received = 0
-        request_args = _request_args(params)
 
         async with self._async_client() as client:
 
             async def worker() -> None:
                 nonlocal received
-                # One worker per connection pulls the next conversation: cheaper than a task per request.
-                for index, conversation in pending:
-                    raw = await client.post(
-                        "/chat/completions",
-                        body={"model": model, "messages": conversation, **request_args},
-                        cast_to=bytes,
-                    )
-                    text = _reply_text(raw, self.base_url)
-                    results[index] = text
+                # One worker per connection pulls the next request: cheaper than a task per request.
+                for index, body in pending:
+                    raw = await client.post(path, body={"model": model, **body}, cast_to=bytes)
+                    result = parse(index, raw)
+                    results[index] = result
                     received += 1
                     if on_result is not None:
-                        on_result(index, text)
+                        on_result(index, result)
 
             try:
                 async with asyncio.TaskGroup() as group:
-                    for _ in range(min(self.concurrency, len(conversations))):
+                    for _ in range(min(self.concurrency, len(bodies))):
                         group.create_task(worker())
             except BaseExceptionGroup as group_error:
                 first = _first_error(group_error)
                 if isinstance(first, openai.OpenAIError):
-                    raise self._run_error(first, received, len(conversations)) from first
+                    raise self._run_error(first, path, received, len(bodies)) from first
                 raise first from None
-        return [text if text is not None else "" for text in results]
+        return results
 
     def stream(self, conversation: Conversation, params: GenerationParams) -> Iterator[str]:
         """The reply to one conversation in pieces as the server sends them, for a person watching it
@@ -177,27 +230,90 @@ class OpenAIChatModel:
         except openai.OpenAIError as exc:
             raise UserError(f"{self.base_url}: streamed chat completion failed: {_describe(exc)}") from exc
 
-    def _run_error(self, exc: openai.OpenAIError, received: int, total: int) -> UserError:
+    def _run_error(self, exc: openai.OpenAIError, path: str, received: int, total: int) -> UserError:
         retries = self.max_retries if _retryable(exc) else 0
         retried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+        what = "chat completion" if path == "/chat/completions" else "completion"
+        hint = ""
+        if path == "/completions" and getattr(exc, "status_code", 0) in (404, 405, 501):
+            hint = " (the server offers no /completions API: ask it in chat mode)"
         return UserError(
-            f"{self.base_url}: chat completion failed{retried}: {_describe(exc)}; "
+            f"{self.base_url}: {what} failed{retried}: {_describe(exc)}{hint}; "
             f"{received} of {total} responses had arrived and were kept (a cached run resumes from there)"
         )
+
+
+def _run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to the end from synchronous code: in this thread, or in a helper thread when this
+    thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="assay-openai") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 _HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
 
 
-def _reply_text(raw: bytes, base_url: str) -> str:
-    """``choices[0].message.content`` of a ``chat.completion`` body, stripped; a clear error otherwise."""
+def _body(raw: bytes, base_url: str, kind: str) -> dict[str, Any]:
+    """The decoded JSON body; a one-line error quoting its start when it is not an object."""
     try:
-        choices = json.loads(raw)["choices"]
-        content = choices[0]["message"]["content"] if choices else ""
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            raise TypeError(f"a JSON {type(body).__name__}")
+        return body
+    except (ValueError, TypeError) as exc:
         shown = _one_line(raw[:200].decode("utf-8", "replace"))
-        raise UserError(f"{base_url}: not a chat completion response ({exc!r}): {shown}") from exc
-    return (content or "").strip()
+        raise UserError(f"{base_url}: not a {kind} response ({exc!r}): {shown}") from exc
+
+
+def _choice(raw: bytes, base_url: str, kind: str) -> dict[str, Any]:
+    body = _body(raw, base_url, kind)
+    try:
+        choices = body["choices"]
+        return choices[0] if choices else {}
+    except (KeyError, IndexError, TypeError) as exc:
+        shown = _one_line(raw[:200].decode("utf-8", "replace"))
+        raise UserError(f"{base_url}: not a {kind} response ({exc!r}): {shown}") from exc
+
+
+def _chat_text(raw: bytes, base_url: str) -> str:
+    """``choices[0].message.content`` of a ``chat.completion`` body, stripped."""
+    message = _choice(raw, base_url, "chat completion").get("message") or {}
+    return (message.get("content") or "").strip()
+
+
+def _completion_text(raw: bytes, base_url: str) -> str:
+    """``choices[0].text`` of a ``text_completion`` body, stripped."""
+    return (_choice(raw, base_url, "completion").get("text") or "").strip()
+
+
+def _echo_logprob(raw: bytes, start: int, end: int, base_url: str) -> float:
+    """Sum of the echoed prompt's token log-probabilities over characters ``start:end`` (the
+    continuation), from ``choices[0].logprobs`` ``tokens``, ``token_logprobs`` and ``text_offset``."""
+    logprobs = _choice(raw, base_url, "completion").get("logprobs")
+    try:
+        tokens, values, offsets = logprobs["tokens"], logprobs["token_logprobs"], logprobs["text_offset"]
+    except (KeyError, TypeError):
+        raise UserError(
+            f"{base_url}: the server does not return the prompt's log-probabilities (/completions with "
+            "echo and logprobs); --mode loglikelihood needs a server that does (vLLM, llama.cpp's server), "
+            "or use --mode completion"
+        ) from None
+    total, counted = 0.0, 0
+    for token, value, offset in zip(tokens, values, offsets, strict=False):
+        if offset >= end:  # the generated token (max_tokens=1) and anything past the prompt
+            break
+        if offset + len(token) > start:
+            if value is None:
+                raise UserError(f"{base_url}: the server gave no log-probability for echoed token {token!r}")
+            total += value
+            counted += 1
+    if counted == 0:
+        raise UserError(f"{base_url}: the echoed prompt has no token in the continuation's characters")
+    return total
 
 
 def _request_args(params: GenerationParams) -> dict[str, object]:

@@ -5,7 +5,13 @@ directly should be usable wherever a model spec is accepted, with the same cache
 function sees plain text, not message lists, so that a one-line lambda-like function is enough:
 a single user turn is passed as its text; anything longer as a ``User: ...\\nAssistant: ...`` transcript
 (see :func:`plain_prompt`). When the function has a parameter named ``params`` it also receives the
-:class:`GenerationParams`.
+:class:`GenerationParams`. ``complete`` hands it plain-text prompts as they are.
+
+Why a wrapper names its model: the response cache keys a reply by ``model_id``. The module's source alone
+does not identify what answers (a wrapper that reads the weights' path from an environment variable is the
+same source for every model it loads), so a module that loads anything defines ``MODEL_ID``, a string or a
+function returning one (called once, at load, so it may read the environment), and that identity joins the
+key. Without it the model is marked not cacheable and ``CachedModel`` asks it afresh every time.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,7 +49,8 @@ def plain_prompt(conversation: Conversation, add_generation_prompt: bool = True)
 class PythonChatModel:
     """Wraps ``FUNCTION(prompts: list[str]) -> list[str]`` from an importable module or a ``.py`` file.
 
-    ``model_id`` includes a hash of the module's source, so editing the function invalidates cached replies.
+    ``model_id`` includes a hash of the module's source, so editing the function invalidates cached replies,
+    and the module's ``MODEL_ID`` (see the module docstring); ``cacheable`` says whether it declared one.
     The function is called once per ``batch_size`` prompts, so an interrupted run keeps finished batches.
     """
 
@@ -61,12 +68,21 @@ class PythonChatModel:
             raise UserError(f"python:{target}: {module_ref} has no callable named {function_name!r}")
         self.function: Callable[..., Any] = function
         self._wants_params = "params" in _parameter_names(function)
+        identity = _declared_identity(module, target)
+        self.cacheable = identity is not None
         self.model_id = f"python:{module_ref}:{function_name}@{_source_hash(module)}"
+        if identity is not None:
+            self.model_id += f"#{identity}"
 
     def chat(
         self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
-        prompts = [plain_prompt(c) for c in conversations]
+        return self.complete([plain_prompt(c) for c in conversations], params, on_result)
+
+    def complete(
+        self, prompts: Sequence[str], params: GenerationParams, on_result: OnResult | None = None
+    ) -> list[str]:
+        """The function's replies to plain-text prompts, ``batch_size`` at a time."""
         results: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start : start + self.batch_size]
@@ -129,6 +145,17 @@ def _parameter_names(function: Callable[..., Any]) -> set[str]:
         return set(inspect.signature(function).parameters)
     except (TypeError, ValueError):  # builtins without a signature
         return set()
+
+
+def _declared_identity(module: ModuleType, target: str) -> str | None:
+    """The module's ``MODEL_ID`` (a string, or a function called now), or None when it declares none."""
+    declared = getattr(module, "MODEL_ID", None)
+    if declared is None:
+        return None
+    value = declared() if callable(declared) else declared
+    if not isinstance(value, str) or not value:
+        raise UserError(f"python:{target}: MODEL_ID must be a non-empty string (value: {value!r})")
+    return value
 
 
 def _source_hash(module: ModuleType) -> str:

@@ -50,9 +50,11 @@ def load_model(
     concurrency: int = 16,
     timeout: float = 60.0,
     max_retries: int = 5,
+    api_key: str | None = None,
 ) -> ChatModel:
     """The model ``spec`` names. ``batch_size`` is prompts per forward pass (hf) or per function call
-    (python); ``model_name``, ``concurrency``, ``timeout`` and ``max_retries`` apply to ``openai:``.
+    (python); ``model_name``, ``concurrency``, ``timeout``, ``max_retries`` and ``api_key`` (default:
+    ``$OPENAI_API_KEY``) apply to ``openai:``.
     Wrap the result in :class:`~assay.models.cache.CachedModel` to make runs resumable."""
     prefix, rest = split_spec(spec)
     if prefix == "hf":
@@ -69,6 +71,7 @@ def load_model(
             concurrency=concurrency,
             max_retries=max_retries,
             timeout=timeout,
+            api_key=api_key,
         )
     if prefix == "vllm":
         path = _existing(rest, "vllm")

@@ -5,9 +5,11 @@ model discovery) without a GPU or network. The app is a raw ASGI callable rather
 that one process can answer well over a thousand requests per second on two cores while it sleeps
 ``latency`` seconds per request (``asyncio.sleep``: requests overlap, nothing blocks).
 
-Only what the backend uses is served: ``GET /v1/models`` and ``POST /v1/chat/completions`` in the real
+Only what the backend uses is served: ``GET /v1/models``, ``POST /v1/chat/completions`` in the real
 OpenAI response shape, streamed as ``chat.completion.chunk`` server-sent events (one word per chunk,
-``chunk_delay`` seconds apart) when the request asks for ``"stream": true``; other paths answer 404 in the
+``chunk_delay`` seconds apart) when the request asks for ``"stream": true``, and ``POST /v1/completions``
+(the prompt given to the responder as one user message; with ``echo`` and ``logprobs`` and a ``scorer``,
+the prompt's tokens and their log-probabilities as vLLM returns them); other paths answer 404 in the
 OpenAI error shape.
 
     stub = StubServer(lambda messages: "Paris", latency=0.05, fail_first=2, fail_status=429)
@@ -34,6 +36,8 @@ from typing import Any
 from assay.models.base import Message
 
 Responder = Callable[[list[Message]], str]
+# The prompt as (token text, log-probability) pairs whose texts join to the prompt: what echo returns.
+Scorer = Callable[[str], list[tuple[str, float]]]
 
 
 def echo_responder(messages: list[Message]) -> str:
@@ -54,6 +58,8 @@ class StubStats:
     status_counts: Counter[int] = field(default_factory=Counter)
     # every chat request body in arrival order, plus "_prompt" (last user message) and "_status" (answer)
     chat_bodies: list[dict[str, Any]] = field(default_factory=list)
+    completion_requests: int = 0  # POST /completions, failed or not
+    completion_bodies: list[dict[str, Any]] = field(default_factory=list)  # as they arrived
 
     def prompts(self) -> list[str]:
         """The last user message of each chat request that was answered 200, in arrival order."""
@@ -66,7 +72,11 @@ class StubServer:
     ``fail_first`` requests to ``/chat/completions`` answer ``fail_status`` (429 or 5xx, say) before any
     succeeds; ``retry_after`` (seconds), when set, is sent with each 429/500 as ``retry-after-ms``, the
     header the OpenAI client honours instead of its own exponential backoff (tests stay fast).
-    ``chunk_delay`` (seconds) is the pause between the words of a streamed reply.
+    ``chunk_delay`` (seconds) is the pause between the words of a streamed reply. ``scorer`` answers
+    ``/completions`` requests with ``echo`` and ``logprobs``; without one they get ``"logprobs": null``,
+    as from a server that ignores the fields (``transformers serve``). ``models_status`` other than 200
+    makes ``GET /models`` fail with it (``transformers serve`` answers 500 without a hub cache);
+    ``completions=False`` serves chat only (``/completions`` answers 404).
     """
 
     def __init__(
@@ -79,11 +89,17 @@ class StubServer:
         retry_after: float | None = None,
         models: Sequence[str] = ("stub-model",),
         chunk_delay: float = 0.0,
+        scorer: Scorer | None = None,
+        models_status: int = 200,
+        completions: bool = True,
     ) -> None:
         if latency < 0 or chunk_delay < 0:
             raise ValueError(f"latency and chunk_delay must be >= 0, got {latency}, {chunk_delay}")
         self.chunk_delay = chunk_delay
         self.responder = responder
+        self.scorer = scorer
+        self.models_status = models_status
+        self.completions = completions
         self.latency = latency
         self.fail_first = fail_first
         self.fail_status = fail_status
@@ -101,6 +117,10 @@ class StubServer:
         method: str = scope["method"]
         if method == "GET" and path.endswith("/models"):
             self.stats.model_requests += 1
+            if self.models_status != 200:
+                error = _error_body("listing models failed", "server_error")
+                await _send_json(send, self.models_status, error)
+                return
             await _send_json(send, 200, self._models_body)
             return
         if method == "POST" and path.endswith("/chat/completions"):
@@ -112,8 +132,48 @@ class StubServer:
                 return
             await _send_json(send, status, payload, headers)
             return
+        if method == "POST" and path.endswith("/completions") and self.completions:
+            status, payload = await self._complete(await _read_body(receive))
+            self.stats.status_counts[status] += 1
+            await _send_json(send, status, payload)
+            return
         self.stats.status_counts[404] += 1
         await _send_json(send, 404, _error_body(f"no route {method} {path}", "not_found_error"))
+
+    async def _complete(self, raw: bytes) -> tuple[int, bytes]:
+        """A ``text_completion``: the responder's reply to the prompt, after the prompt itself when
+        ``echo`` is asked, with the echoed prompt's log-probabilities when ``logprobs`` is too."""
+        self.stats.completion_requests += 1
+        try:
+            request = json.loads(raw)
+            prompt, model = request["prompt"], request.get("model")
+        except (ValueError, KeyError, TypeError) as exc:
+            return 400, _error_body(f"bad request body: {exc}", "invalid_request_error")
+        self.stats.completion_bodies.append(request)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if model not in self.models:
+            return 404, _error_body(f"model {model!r} not served; try {self.models}", "not_found_error")
+        try:
+            text = self.responder([{"role": "user", "content": prompt}])
+        except Exception as exc:
+            return 500, _error_body(f"responder failed: {exc!r}", "server_error")
+        logprobs = None
+        if request.get("echo") and request.get("logprobs") is not None and self.scorer is not None:
+            pieces = [*self.scorer(prompt), (text.split(" ")[0] or "x", -1.0)]
+            offsets = [sum(len(t) for t, _ in pieces[:i]) for i in range(len(pieces))]
+            logprobs = {
+                "tokens": [t for t, _ in pieces],
+                "token_logprobs": [None, *(v for _, v in pieces[1:])],
+                "text_offset": offsets,
+                "top_logprobs": None,
+            }
+            text = prompt + pieces[-1][0]
+        elif request.get("echo"):
+            text = prompt + text
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}
+        body = {"id": "cmpl-stub", "object": "text_completion", "created": int(time.time()), "model": model}
+        return 200, json.dumps({**body, "choices": [choice]}).encode()
 
     async def _chat(self, raw: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         self.stats.chat_requests += 1

@@ -4,15 +4,18 @@ Why it is here: for large evaluation runs on a GPU, vLLM's in-process engine is 
 transformers and needs no server. It is optional (``pip install 'assay[vllm]'``) and cannot run on the
 CPU-only development and CI machines, so this module is kept short and is not exercised by the tests
 beyond the "not installed" error; the ``openai:`` backend against ``vllm serve`` is the tested route.
+``complete`` and ``loglikelihood`` (prompt log-probabilities, the context and continuation tokenized apart
+as the ``hf:`` backend does) follow vLLM's documented API but have never run here: no GPU.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from assay.errors import UserError
-from assay.models.base import Conversations, GenerationParams, OnResult
+from assay.models.base import Conversations, GenerationParams, OnResult, OnScore
 
 
 class VLLMChatModel:
@@ -33,15 +36,45 @@ class VLLMChatModel:
     def chat(
         self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
-        sampling = self._vllm.SamplingParams(
+        outputs = self._llm.chat([list(c) for c in conversations], self._sampling(params), use_tqdm=False)
+        return _report([output.outputs[0].text.strip() for output in outputs], on_result)
+
+    def complete(
+        self, prompts: Sequence[str], params: GenerationParams, on_result: OnResult | None = None
+    ) -> list[str]:
+        outputs = self._llm.generate(list(prompts), self._sampling(params), use_tqdm=False)
+        return _report([output.outputs[0].text.strip() for output in outputs], on_result)
+
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], on_result: OnScore | None = None
+    ) -> list[float]:
+        tokenizer = self._llm.get_tokenizer()
+        pairs = [
+            (tokenizer.encode(c, add_special_tokens=True), tokenizer.encode(x, add_special_tokens=False))
+            for c, x in requests
+        ]
+        sampling = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        prompts = [{"prompt_token_ids": c + x} for c, x in pairs]
+        outputs = self._llm.generate(prompts, sampling, use_tqdm=False)
+        scores = []
+        for (context, continuation), output in zip(pairs, outputs, strict=True):
+            ids = context + continuation
+            logprobs = output.prompt_logprobs  # one {token id: Logprob} per prompt token, None first
+            scores.append(sum(logprobs[i][ids[i]].logprob for i in range(len(context), len(ids))))
+        return _report(scores, on_result)
+
+    def _sampling(self, params: GenerationParams) -> Any:
+        return self._vllm.SamplingParams(
             temperature=params.temperature,
             top_p=params.top_p,
             max_tokens=params.max_new_tokens,
             seed=params.seed,
         )
-        outputs = self._llm.chat([list(c) for c in conversations], sampling, use_tqdm=False)
-        texts = [output.outputs[0].text.strip() for output in outputs]
-        if on_result is not None:
-            for index, text in enumerate(texts):
-                on_result(index, text)
-        return texts
+
+
+def _report(results: list[Any], on_result: Any) -> list[Any]:
+    """vLLM returns a whole batch at once: report each result after it, in input order."""
+    if on_result is not None:
+        for index, result in enumerate(results):
+            on_result(index, result)
+    return results

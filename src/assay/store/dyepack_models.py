@@ -1,10 +1,12 @@
-"""DyePack tables for the web: released benchmarks registered by their commitment, and verification runs.
+"""DyePack tables: released benchmarks registered by their commitment, models on the contamination board, and
+verification runs (a run of a board model is one cell of the board).
 
 Nothing here is secret. A benchmark row holds the public commitment file; a run row holds the model it
 asked, its timings and the parts of the report that reveal no part of the key: counts, K values, the exact
 false-positive rate and, per backdoor, only whether it was activated and how many samples hit the target.
 Triggers, targets, backdoor rows, answer distributions and the salt are never stored (see
-``assay.dyepack.registry``).
+``assay.dyepack.registry``). A board model holds no credential either: an endpoint's API key stays in the
+environment of the process running the checks; the row names only the variable (``assay.dyepack.board``).
 """
 
 from __future__ import annotations
@@ -76,4 +78,35 @@ class DyePackRun(Base):
     unparsed: Mapped[int | None] = mapped_column(Integer)
     per_backdoor: Mapped[list[dict] | None] = mapped_column(JSON)  # index, k, samples, on target, activated
 
+    # The board (``assay.dyepack.board``): the registered model this run checked (None: a one-off run), and
+    # how the samples were asked (``prompts.FormatRecord``: mode, template name, shots; nothing secret).
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("dyepack_models.id"), index=True)
+    format: Mapped[dict | None] = mapped_column(JSON)
+
     benchmark: Mapped[DyePackBenchmark] = relationship(back_populates="runs", lazy="joined")
+
+
+class DyePackModel(Base):
+    """A model on the contamination board, checked against every registered release.
+
+    ``mode``, ``fewshot``, ``system_prompt`` and the template say how the model is used, so it is asked
+    that way (see ``assay.dyepack.prompts``). ``api_key_env`` is the NAME of an environment variable of the
+    process running the checks; the key itself is never stored.
+    """
+
+    __tablename__ = "dyepack_models"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    spec: Mapped[str] = mapped_column(String(500))  # hf:PATH, openai:URL, vllm:PATH or python:MOD:FUNC
+    kind: Mapped[str] = mapped_column(String(20))  # hf, gguf, openai, vllm or python (from the spec)
+    model_name: Mapped[str | None] = mapped_column(String(200))  # openai: the served model's name
+    api_key_env: Mapped[str | None] = mapped_column(String(100))
+    mode: Mapped[str] = mapped_column(String(20), default="chat")  # chat, completion or loglikelihood
+    fewshot: Mapped[int] = mapped_column(Integer, default=0)
+    system_prompt: Mapped[str | None] = mapped_column(Text)
+    template_name: Mapped[str | None] = mapped_column(String(255))
+    template_source: Mapped[str | None] = mapped_column(Text)
+    added_by: Mapped[str] = mapped_column(String(100), default="")  # a web user's name or the CLI's user
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)

@@ -25,7 +25,11 @@ from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile as StarletteUpload  # what the form parser hands over
 
-from assay.dyepack import registry
+from assay.data import Benchmark
+from assay.dyepack import board, registry
+from assay.dyepack.board_export import to_csv, to_html
+from assay.dyepack.key import DyePackKey
+from assay.dyepack.prompts import MODES, Mode
 from assay.errors import UserError
 from assay.models import GenerationParams
 from assay.store.dyepack_models import DyePackBenchmark, DyePackRun
@@ -264,16 +268,29 @@ def _job_from_form(
 ) -> tuple[registry.VerificationJob, str]:
     """Check every field of the run form, cheapest first; the key is parsed in memory and checked."""
     spec, model_name = registry.check_model_spec(form["model"], form["model_name"])
+    alpha, params = _run_settings(form)
+    secret, bench, filename = _key_and_release(benchmark, release, key)
+    return registry.VerificationJob(spec, model_name, params, alpha, secret, bench), filename
+
+
+def _run_settings(form: dict[str, str]) -> tuple[float, GenerationParams]:
+    """Alpha and the tokens per reply, from a form."""
     alpha = _number(form["alpha"], "alpha", 0.0, 1.0)
     tokens = int(_number(form["max_new_tokens"], "max new tokens", 1, 4096, integer=True))
+    return alpha, GenerationParams(max_new_tokens=tokens)
+
+
+def _key_and_release(
+    benchmark: DyePackBenchmark, release: UploadFile | None, key: UploadFile | None
+) -> tuple[DyePackKey, Benchmark, str]:
+    """The uploaded key, checked against the benchmark's commitment, and the release it was made for; both
+    in memory only."""
     secret = registry.parse_key(_upload(key, registry.MAX_KEY_BYTES, "key file")[0])
     registry.check_key(benchmark, secret)
     data, filename = _upload(release, registry.MAX_RELEASE_BYTES, "release file")
     if not data:
         raise UserError("release file: required (the released benchmark file)")
-    bench = registry.read_release(data, filename, secret)
-    params = GenerationParams(max_new_tokens=tokens)
-    return registry.VerificationJob(spec, model_name, params, alpha, secret, bench), filename
+    return secret, registry.read_release(data, filename, secret), filename
 
 
 @run_form.post("/benchmarks/{benchmark_id}/runs", response_class=HTMLResponse)
@@ -473,6 +490,173 @@ def api_runs(
 def api_run(session: DbSession, user: Viewer, run_id: Id) -> RunVerdict:
     run = _run(session, run_id)
     return RunVerdict(**_run_out(run), per_backdoor=run.per_backdoor or [])
+
+
+# ---------------------------------------------------------------- the contamination board
+# Every registered model against every release (``assay.dyepack.board`` decides what is pending and what a
+# cell shows). An organiser adds models and, per release, uploads its key and release file to check the
+# models pending against it: one background run each, the key held in memory by those runs only.
+
+BOARD_DEFAULTS = {"alpha": "0.001", "max_new_tokens": "32", "mode": "chat", "fewshot": "0"}
+
+
+def _board_page(
+    request: Request, session: Session, user: WebUser, status_code: int = 200, **extra: Any
+) -> Response:
+    matrix = board.build_board(session)
+    return render(
+        request,
+        "dyepack_board.html",
+        status_code=status_code,
+        board=matrix,
+        rows=list(zip(matrix.models, matrix.cells, strict=True)),
+        live=any(c.state in ("queued", "running") for row in matrix.cells for c in row),
+        can_write=has_role(user, Role.ORGANISER),
+        modes=MODES,
+        form=BOARD_DEFAULTS | extra.pop("form", {}),
+        **extra,
+    )
+
+
+def _board_release(session: Session, release_id: str) -> DyePackBenchmark:
+    """The release a check form names, or a one-line error."""
+    found = registry.get_benchmark(session, int(_number(release_id, "release", 1, MAX_ID, integer=True)))
+    if found is None:
+        raise UserError(f"release: no registered release with id {release_id[:20]}")
+    return found
+
+
+@pages.get("/board", response_class=HTMLResponse)
+def board_page(request: Request, session: DbSession, user: Viewer) -> Response:
+    return _board_page(request, session, user)
+
+
+@pages.post("/board/models", response_class=HTMLResponse)
+def board_add_model(
+    request: Request,
+    session: DbSession,
+    user: Organiser,
+    name: Annotated[str, Form()] = "",
+    model: Annotated[str, Form()] = "",
+    model_name: Annotated[str, Form()] = "",
+    api_key_env: Annotated[str, Form()] = "",
+    mode: Annotated[str, Form()] = "chat",
+    fewshot: Annotated[str, Form()] = "0",
+    system_prompt: Annotated[str, Form()] = "",
+) -> Response:
+    """Put a model on the board; it is pending against every release."""
+    form = {"name": name, "model": model, "model_name": model_name, "mode": mode, "fewshot": fewshot}
+    form["system_prompt"] = system_prompt  # api_key_env is not sent back: someone may have pasted a key
+    try:
+        shots = int(_number(fewshot, "fewshot", 0, board.MAX_FEWSHOT, integer=True))
+        board.add_model(
+            session,
+            name,
+            model,
+            model_name=model_name,
+            api_key_env=api_key_env,
+            mode=mode,
+            fewshot=shots,
+            system_prompt=system_prompt,
+            added_by=user.username,
+            user_id=user.id,
+        )
+    except UserError as err:
+        session.rollback()
+        return _board_page(request, session, user, 400, error=err, form=form)
+    return redirect("/dyepack/board")
+
+
+@run_form.post("/board/check", response_class=HTMLResponse)
+def board_check(
+    request: Request,
+    session: DbSession,
+    user: Organiser,
+    release: Annotated[UploadFile | None, File()] = None,
+    key: Annotated[UploadFile | None, File()] = None,
+    release_id: Annotated[str, Form()] = "",
+    alpha: Annotated[str, Form()] = "0.001",
+    max_new_tokens: Annotated[str, Form()] = "32",
+) -> Response:
+    """Check every model pending against one release, each in a background run holding the key in memory."""
+    form = {"release_id": release_id, "alpha": alpha, "max_new_tokens": max_new_tokens}
+    try:
+        benchmark = _board_release(session, release_id)
+        alpha_value, params = _run_settings(form)
+        secret, bench, filename = _key_and_release(benchmark, release, key)
+        jobs = board.jobs_for(session, benchmark, secret, bench, alpha_value, params)
+    except TooLarge as err:
+        return _board_page(request, session, user, 413, error=err.detail, form=form)
+    except UserError as err:
+        return _board_page(request, session, user, 400, error=err, form=form)
+    if not jobs:
+        notice = f"Every model is checked against {benchmark.name}, or being checked: nothing to do."
+        return _board_page(request, session, user, notice=notice, form=form)
+    for job in jobs:
+        _start(request, session, benchmark, job, filename, user)
+    return redirect("/dyepack/board")
+
+
+def _download(text: str, media_type: str, filename: str) -> Response:
+    return Response(
+        text, media_type=media_type, headers={"content-disposition": f'attachment; filename="{filename}"'}
+    )
+
+
+@pages.get("/board/export.csv")
+def board_csv(session: DbSession, user: Viewer) -> Response:
+    """The board as CSV, one row per cell (what ``assay dyepack board export`` writes as board.csv)."""
+    return _download(to_csv(board.build_board(session)), "text/csv; charset=utf-8", "dyepack-board.csv")
+
+
+@pages.get("/board/export.html")
+def board_html(session: DbSession, user: Viewer) -> Response:
+    """The board as one self-contained page to publish (board.html of the command line's export)."""
+    return _download(to_html(board.build_board(session)), "text/html; charset=utf-8", "dyepack-board.html")
+
+
+class BoardModelIn(BaseModel):
+    name: str = Field(min_length=1, max_length=100)
+    spec: str = Field(
+        min_length=1,
+        max_length=500,
+        description="hf:PATH (folder or .gguf), openai:URL, vllm:PATH, python:M:F",
+    )
+    model_name: str = Field("", max_length=200, description="openai: the served model's name")
+    api_key_env: str = Field(
+        "",
+        max_length=100,
+        description="openai: NAME of the server's environment variable holding the API key (never the key)",
+    )
+    mode: Mode = Field("chat", description="how the model is used")
+    fewshot: int = Field(0, ge=0, le=board.MAX_FEWSHOT)
+    system_prompt: str = Field("", max_length=2000)
+
+
+@api.get(
+    "/board",
+    response_model=board.Board,
+    responses=ERRORS,
+    summary="The contamination board: every model against every release, key-free",
+)
+def api_board(session: DbSession, user: Viewer) -> board.Board:
+    return board.build_board(session)
+
+
+@api.post(
+    "/board/models",
+    response_model=board.ModelRow,
+    status_code=201,
+    responses={
+        **ERRORS,
+        400: {"model": Problem, "description": "a field is malformed"},
+        413: {"model": Problem, "description": "the request body is over the limit"},
+    },
+    summary="Put a model on the board (organisers)",
+)
+def api_board_model(body: BoardModelIn, session: DbSession, user: Organiser) -> board.ModelRow:
+    added = board.add_model(session, **body.model_dump(), added_by=user.username, user_id=user.id)
+    return board.model_row(added)
 
 
 router.include_router(pages)
