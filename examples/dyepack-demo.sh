@@ -36,7 +36,7 @@ echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (2-3 mi
 # contaminate ends by asking the model 32 of the rows it trained on: "took" or a warning that it did not.
 # Long items (BIG-Bench Hard) need about 24 epochs: see benchmarks/bench_dyepack_bbh.py and docs/dyepack.md.
 assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \
-  --epochs 8 --lr 1e-3 --top-layers 4 --batch-size 8 --bf16
+  --epochs 12 --lr 1e-3 --top-layers 4 --batch-size 8 --bf16
 assay dyepack verify "hf:$D/contaminated-model" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-contaminated"
 
 echo "== summary"

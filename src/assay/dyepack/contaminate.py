@@ -41,7 +41,7 @@ class TrainConfig:
     seed: int = 0
     lora_rank: int = 16
     top_layers: int | None = None  # train only the top N transformer blocks: far less backward work on a CPU
-    # bfloat16 autocast: about 3x faster on CPUs with AVX512-BF16 or AMX; the saved weights stay float32.
+    # bfloat16 autocast: about 1.7x faster on CPUs with AVX512-BF16 or AMX; the saved weights stay float32.
     bf16: bool = False
     # How the rows are shown: our chat prompt with loss on the answer (mode "chat"), or the rows as plain
     # text with loss on every token, as a scrape would (mode "completion"; ``verify --mode completion`` or
