@@ -7,16 +7,18 @@ A task YAML names its data (``dataset_path: json`` / ``csv`` / ``parquet`` with
 YAML as lm-eval does. Data on the Hugging Face Hub is never downloaded: save the split as a file inside
 the task folder and name it in ``data_files``.
 
-The rows are read with ``tables.read_table`` in the data file's own format; the row style comes from the
-``doc_to_*`` fields where they name columns plainly ("{{question}}", ``answer``, ``choices``), and from the
-columns otherwise (BIG-Bench Hard's ``input``/``target``), or from ``--columns``. The release is a copy of
-the whole task folder with only the data file rewritten, so ``lm_eval --include_path RELEASE`` runs it.
+The rows are read by ``tables.read_table`` (which calls ``locate_task``) in the data file's own format;
+the row style comes from the ``doc_to_*`` fields where they name columns plainly ("{{question}}",
+``answer``, ``choices``), and from the columns otherwise (BIG-Bench Hard's ``input``/``target``), or from
+``--columns``. The release is a copy of the whole task folder with only the data file rewritten, so
+``lm_eval --include_path RELEASE`` runs it.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,10 +158,28 @@ def _column(value: Any, columns: set[str]) -> str | None:
     return match.group(1) if match and match.group(1) in columns else None
 
 
-def read_task(path: Path, split: str | None) -> Any:
-    """The evaluation split of an lm-eval task (folder or YAML) as a ``RawTable`` of format ``lmeval``."""
-    from assay.data.tables import RawTable, read_table
+@dataclass(frozen=True)
+class TaskData:
+    """Where an lm-eval task keeps the split it evaluates on: what ``tables.read_table`` needs to read it.
 
+    This module only reads task YAMLs; reading and writing the data file is ``tables``' job, so the two
+    modules do not import each other (``tables`` calls ``locate_task``).
+    """
+
+    folder: Path
+    data_file: Path  # absolute
+    split: str | None
+    yaml_name: str
+    config: dict[str, Any]
+
+    @property
+    def relative(self) -> Path:
+        """The data file's path inside the task folder."""
+        return self.data_file.resolve().relative_to(self.folder.resolve())
+
+
+def locate_task(path: Path, split: str | None) -> TaskData:
+    """The task YAML of ``path`` (folder or YAML) and the data file of its evaluation split."""
     yaml_path = task_yaml(path)
     folder = yaml_path.parent
     config = load_config(yaml_path)
@@ -169,22 +189,9 @@ def read_task(path: Path, split: str | None) -> Any:
             f"{yaml_path}: the data file {file} lies outside the task folder; copy it into {folder} so the "
             "release can be written in the same layout"
         )
-    inner = read_table(file)
-    relative = file.resolve().relative_to(folder.resolve())
-    return RawTable(
-        path=folder,
-        file_format="lmeval",
-        rows=inner.rows,
-        locations=[f"{relative} {where}" for where in inner.locations],
-        split=split,
-        meta={"inner": inner, "data_file": str(relative), "yaml": yaml_path.name},
-        style=style_from_config(config, set(inner.rows[0]) if inner.rows else set()),
-    )
+    return TaskData(folder, file, split, yaml_path.name, config)
 
 
-def write_task(table: Any, rows: list[dict[str, Any]], target: Path) -> None:
-    """A copy of the task folder with the data file rewritten in its own format (other files as they were)."""
-    from assay.data.tables import write_table
-
-    shutil.copytree(table.path, target, symlinks=True)
-    write_table(table.meta["inner"], rows, target / table.meta["data_file"])
+def copy_task(folder: Path, target: Path) -> None:
+    """The task folder copied as it is; ``tables`` then rewrites the data file inside it."""
+    shutil.copytree(folder, target, symlinks=True)

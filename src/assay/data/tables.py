@@ -93,9 +93,7 @@ def read_table(path: str | Path, split: str | None = None) -> RawTable:
     if split is not None and fmt not in ("json", "hf", "lmeval"):
         raise UserError(f"{path}: a {fmt} file has no splits; leave out split ({split!r})")
     if fmt == "lmeval":
-        from assay.data.lmeval import read_task
-
-        table = read_task(path, split)
+        table = _read_lmeval(path, split)
     elif fmt in ("json", "hf"):
         table = (_read_json if fmt == "json" else _read_hf)(path, split)
     else:
@@ -135,11 +133,38 @@ def write_table(table: RawTable, rows: list[dict[str, Any]], target: str | Path)
         "parquet": _write_parquet,
         "hf": _write_hf,
         "csv-folder": _write_csv_folder,
-    }.get(table.file_format)
-    if writer is None:  # lmeval
-        from assay.data.lmeval import write_task as writer
+        "lmeval": _write_lmeval,
+    }[table.file_format]
     with atomic_path(target) as tmp:
         writer(table, rows, tmp)
+
+
+# ---------------------------------------------------------------- lm-eval task folders
+
+
+def _read_lmeval(path: Path, split: str | None) -> RawTable:
+    """The evaluation split of an lm-eval task (folder or YAML), read in its data file's own format."""
+    from assay.data.lmeval import locate_task, style_from_config
+
+    task = locate_task(path, split)
+    inner = read_table(task.data_file)
+    return RawTable(
+        path=task.folder,
+        file_format="lmeval",
+        rows=inner.rows,
+        locations=[f"{task.relative} {where}" for where in inner.locations],
+        split=task.split,
+        meta={"inner": inner, "data_file": str(task.relative), "yaml": task.yaml_name},
+        style=style_from_config(task.config, set(inner.rows[0]) if inner.rows else set()),
+    )
+
+
+def _write_lmeval(table: RawTable, rows: list[dict[str, Any]], target: Path) -> None:
+    """A copy of the task folder with the data file rewritten in its own format (other files as they were)."""
+    from assay.data.lmeval import copy_task
+
+    copy_task(table.path, target)
+    write_table(table.meta["inner"], rows, target / table.meta["data_file"])
 
 
 # ---------------------------------------------------------------- helpers
