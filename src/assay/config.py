@@ -15,6 +15,8 @@ class Settings(BaseSettings):
     home: Path = Path.home() / ".assay"
     db_url: str | None = None
     public_url: str | None = None  # the address users reach the web app at; links are built from it
+    log_format: str = "text"  # the web server's logs: text, or json (one object a line; assay.web.logs)
+    log_level: str = "info"
 
     @property
     def database_url(self) -> str:

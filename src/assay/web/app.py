@@ -38,7 +38,7 @@ from assay.config import settings
 from assay.errors import UserError
 from assay.star.workflow import NotAllowed, NotYours
 from assay.store.engine import open_store
-from assay.web import openapi, signin
+from assay.web import metrics, openapi, signin
 from assay.web.background import BackgroundWork
 from assay.web.paging import refuse_unknown_query
 from assay.web.routes import load_routers, page_context, render
@@ -136,6 +136,7 @@ def create_app(
     app.state.sweep_seconds = sweep_seconds
     app.state.sweeper = None  # set while the app runs (lifespan)
     app.add_middleware(SecurityHeaders)
+    metrics.install(app, log_requests=settings().log_format == "json")  # GET /metrics
     openapi.install(app)
     _add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

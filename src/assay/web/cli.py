@@ -56,6 +56,9 @@ def serve(
         help="The address users reach the site at (default: ASSAY_PUBLIC_URL; with --demo: "
         "http://HOST:PORT). Invitation and reset links are built from it, never from the Host header.",
     ),
+    log_format: str | None = typer.Option(
+        None, "--log-format", help="text or json: one JSON object a line (default: ASSAY_LOG_FORMAT or text)."
+    ),
 ) -> None:
     """Run the web application (pages and the JSON API under /api/v1).
 
@@ -66,8 +69,13 @@ def serve(
     import uvicorn
 
     from assay.config import settings
+    from assay.web import logs
     from assay.web.app import SECURE_COOKIES_ENV, create_app
 
+    os.environ["ASSAY_LOG_FORMAT"] = logs.check_format(log_format or settings().log_format)
+    log = {"log_config": logs.uvicorn_log_config(settings().log_format, settings().log_level)}
+    log["access_log"] = settings().log_format != "json"  # JSON access records come from assay.web.metrics
+    logs.configure(settings().log_format, settings().log_level)
     url = db or settings().database_url
     public_url = public_url or settings().public_url or (f"http://{host}:{port}" if demo else None)
     web = create_app(
@@ -76,7 +84,7 @@ def serve(
     if demo:
         _seed_demo(web.state.sessions, target)
     if workers == 1:
-        uvicorn.run(web, host=host, port=port, proxy_headers=True)
+        uvicorn.run(web, host=host, port=port, proxy_headers=True, **log)
         return
     if url.startswith("sqlite"):
         console.print("note: several workers on SQLite share one write lock; PostgreSQL scales further")
@@ -86,7 +94,7 @@ def serve(
         os.environ["ASSAY_PUBLIC_URL"] = web.state.public_url
     web.state.sessions.kw["bind"].dispose()  # no connection of this process is inherited by a worker
     factory = "assay.web.app:app_from_env"
-    uvicorn.run(factory, factory=True, workers=workers, host=host, port=port, proxy_headers=True)
+    uvicorn.run(factory, factory=True, workers=workers, host=host, port=port, proxy_headers=True, **log)
 
 
 def _demo_round(folder: Path) -> Path:
