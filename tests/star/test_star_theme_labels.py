@@ -220,7 +220,7 @@ def campaign_instruction(session: Session) -> int:
 
 
 def store_map(session: Session, groups: list[list[str]]) -> list[str]:
-    """Keep a report whose map has these clusters, as ``live.build_latest_report`` would; their keys."""
+    """Keep a report whose map has these clusters, as ``reporting.build_latest_report`` would; their keys."""
     theme = hand_map(groups)
     clusters = cluster_summary(theme)
     summary = {

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from sqlalchemy import select, update
 from starlette.testclient import TestClient
 
-from assay.star import live, workflow
+from assay.star import live, reporting, workflow
 from assay.star.assign import add_instructions, create_campaign
 from assay.star.spec import CampaignSpec
 from assay.store import StarAnnotation, StarCampaign, StarDialogue, StarParticipant, StarTask
@@ -555,13 +555,13 @@ def test_report_with_a_thematic_map_is_built_in_the_background(
     for _ in range(4):
         red_team_dialogue(rita)
     release = threading.Event()
-    real_build = live.build_latest_report
+    real_build = reporting.build_latest_report
 
     def held_build(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         release.wait(60)
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(live, "build_latest_report", held_build)
+    monkeypatch.setattr(reporting, "build_latest_report", held_build)
     assert olga.post("/star/campaigns/demo/report", embedder="hashing").status_code == 303
     olga.post("/star/campaigns/demo/report", embedder="hashing")  # a second click while it runs
     page = olga.get("/star/campaigns/demo").text

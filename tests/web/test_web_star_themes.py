@@ -24,7 +24,7 @@ from test_web_get_writes_nothing import MarkGets, guard_writes
 from test_web_star import Person, build_app
 
 from assay.cli import main
-from assay.star import live
+from assay.star import reporting
 from assay.star.analysis.themes import cluster_key
 from assay.star.assign import claim_next, submit_dialogue
 from assay.store import StarCampaign, StarParticipant
@@ -61,7 +61,8 @@ def rebuild_report(app: FastAPI) -> dict:
     """The organiser's report build, run here rather than in the background; its summary's map."""
     with app.state.sessions.begin() as session:
         campaign = session.scalars(select(StarCampaign)).one()
-        return live.build_latest_report(session, campaign, None, "hashing").summary["themes"]
+        options = reporting.ReportOptions(embedder="hashing")
+        return reporting.build_latest_report(session, campaign, None, options).summary["themes"]
 
 
 @pytest.fixture

@@ -199,19 +199,16 @@ def _print_table(spec: spec_module.CampaignSpec, table: design_module.DesignTabl
         labels = list(next(iter(table.rule_groups.values())))
         by_group = {(label, r): n for r, counts in table.rule_groups.items() for label, n in counts.items()}
         console.print(_grid("Rule x target group", labels, targeted, by_group))
+    pairs = spec.demographics.pairs()
     for rule_id, by_pair in table.attribute_pairs.items():
         for pair, counts in by_pair.items():
             a, b = pair.split(" x ")
-            attributes = spec.demographics.attributes
+            left, right = pairs[(a, b)]  # the values the spec crosses (a cell it does not draw shows 0)
             grid = {
-                (f"{a}={u}", f"{b}={v}"): counts[f"{a}={u} x {b}={v}"]
-                for u in attributes[a]
-                for v in attributes[b]
+                (f"{a}={u}", f"{b}={v}"): counts.get(f"{a}={u} x {b}={v}", 0) for u in left for v in right
             }
             title = f"Rule {rule_id}: {pair}"
-            console.print(
-                _grid(title, [f"{a}={u}" for u in attributes[a]], [f"{b}={v}" for v in attributes[b]], grid)
-            )
+            console.print(_grid(title, [f"{a}={u}" for u in left], [f"{b}={v}" for v in right], grid))
 
 
 participants_app = typer.Typer(help="Import and list a campaign's participant pool.", no_args_is_help=True)

@@ -14,7 +14,6 @@ rule as well as overall. Everything is reproducible from the seed.
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -205,21 +204,18 @@ def _dialogues(n: int) -> str:
     return f"{n} dialogue" if n == 1 else f"{n} dialogues"
 
 
-def _attribute_pairs(spec: CampaignSpec) -> list[tuple[str, str]]:
-    """The attribute x attribute analyses planned for group-targeted rules (when two-way groups are drawn)."""
-    if 2 not in spec.demographics.intersections:
-        return []
-    return list(itertools.combinations(spec.demographics.attributes, 2))
-
-
 def _pair_counts(
     spec: CampaignSpec, instructions: Sequence[Instruction], rule_id: str
 ) -> dict[str, dict[str, int]]:
-    """For one rule: ``'race x gender' -> 'race=Asian x gender=male' -> n``, every cell listed (zeros too)."""
+    """For one rule: ``'race x gender' -> 'race=Asian x gender=male' -> n``, one entry per two-way target
+    group the spec draws (zeros too; ``race x gender[female, male]`` lists no non-binary cell)."""
     found: dict[str, dict[str, int]] = {}
-    attributes = spec.demographics.attributes
-    for a, b in _attribute_pairs(spec):
-        cells = {f"{a}={u} x {b}={v}": 0 for u in attributes[a] for v in attributes[b]}
+    for a, b in spec.demographics.pairs():
+        cells = {
+            f"{a}={g[a]} x {b}={g[b]}": 0
+            for g in spec.demographics.groups()
+            if len(g) == 2 and a in g and b in g
+        }
         for ins in instructions:
             if ins.rule_id == rule_id and ins.group and a in ins.group and b in ins.group:
                 cells[f"{a}={ins.group[a]} x {b}={ins.group[b]}"] += 1

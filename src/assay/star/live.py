@@ -3,12 +3,12 @@
 - Settings (``StarWebSettings``, one row per campaign, defaults until an organiser saves): the target model
   spec people chat with and its decoding, the claim timeout, the break-reminder interval.
 - ``target_model``: the loaded target models, kept per process while recently used.
-- The campaign's latest analysis report, built from its human-made data (``build_latest_report``; the web
-  runs ``build_report_job`` in the background) and looked up by ``latest_report``.
+- The campaign's latest analysis report, looked up by ``latest_report`` (``assay.star.reporting`` builds and
+  stores it: this module imports neither the analysis nor the theme labels, which build on it).
 
 What people do with tasks (claims, the red-team chat, ratings, expiry) is ``assay.star.workflow``; how far
 the campaign has got is ``assay.star.status``. The functions take a ``Session`` and flush, never commit
-(the caller owns the transaction), except ``build_report_job``, which runs after the request is over.
+(the caller owns the transaction).
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from collections import OrderedDict
 
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from assay.errors import UserError, validation_error
 from assay.models import ChatModel, GenerationParams, load_model
 from assay.models.spec import check_spec_form
-from assay.star.assign import campaign_spec
 from assay.store.models import utcnow
 from assay.store.star_models import StarCampaign
 from assay.store.star_web_models import (
@@ -131,40 +130,3 @@ def target_model(spec: str) -> ChatModel:
 def latest_report(session: Session, campaign: StarCampaign) -> StarWebReport | None:
     """The report last built for this campaign on the web, or None."""
     return session.scalar(select(StarWebReport).where(StarWebReport.campaign_id == campaign.id))
-
-
-def build_latest_report(
-    session: Session, campaign: StarCampaign, user_id: int | None, embedder: str = "none"
-) -> StarWebReport:
-    """Analyse the campaign's human-made data, with the thematic map when ``embedder`` (a name for
-    ``make_embedder``) is not ``none`` and the theme labels agreed so far on it, and keep the page as the
-    campaign's latest report."""
-    import pandas as pd
-
-    from assay.star.analysis.report import build_report, render_html, theme_options
-    from assay.star.exchange import campaign_tables
-    from assay.star.theme_labels import agreed_labels
-
-    spec = campaign_spec(campaign)
-    frames = {k: pd.DataFrame(rows) for k, rows in campaign_tables(session, campaign).items()}
-    themes = theme_options(embedder)
-    if themes is not None:
-        themes.labels = agreed_labels(session, campaign)
-    result = build_report(spec, frames, themes=themes)
-    row = latest_report(session, campaign)
-    if row is None:
-        row = StarWebReport(campaign_id=campaign.id)
-        session.add(row)
-    row.html, row.summary, row.created_by = render_html(result, spec), result.summary, user_id
-    row.created_at = utcnow()
-    session.flush()
-    return row
-
-
-def build_report_job(
-    sessions: sessionmaker[Session], campaign_id: int, user_id: int | None, embedder: str
-) -> None:
-    """Build and store the latest report in its own transaction: with the thematic map a build takes
-    minutes, so a face runs this in the background rather than inside a request."""
-    with sessions.begin() as session:
-        build_latest_report(session, session.get_one(StarCampaign, campaign_id), user_id, embedder)

@@ -49,14 +49,65 @@ class PolicyRule(BaseModel):
     expertise: list[Name] = Field(default_factory=list, description="Annotator expertise the rule needs.")
 
 
+CROSSING = re.compile(r"^\s*([A-Za-z0-9_][A-Za-z0-9_. -]*?)\s*(?:\[([^\]]*)\])?\s*$")
+
+
+class Crossing(BaseModel):
+    """One intersection the seed's way: which attributes cross and which of each one's values take part
+    (``race x gender[female, male]``: every race with the first two genders). Values keep the attribute's
+    order in the spec."""
+
+    model_config = ConfigDict(frozen=True)
+    values: dict[str, tuple[str, ...]]
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        return tuple(self.values)
+
+    def text(self) -> str:
+        """The crossing as a spec writes it, every value named."""
+        return " x ".join(f"{a}[{', '.join(v)}]" for a, v in self.values.items())
+
+
+def parse_crossing(text: str, attributes: dict[str, list[str]]) -> Crossing:
+    """``"race x gender[female, male]"`` -> a ``Crossing`` over the spec's ``attributes`` (an attribute
+    without brackets takes all its values); ``ValueError`` naming the part that is wrong."""
+    chosen: dict[str, tuple[str, ...]] = {}
+    for part in text.split(" x "):
+        found = CROSSING.match(part)
+        if found is None:
+            raise ValueError(
+                f"intersection {text!r}: {part.strip()!r} is not 'attribute' or 'attribute[v1, v2]'"
+            )
+        name, listed = found.group(1), found.group(2)
+        if name not in attributes:
+            known = ", ".join(sorted(attributes)) or "none"
+            raise ValueError(f"intersection {text!r}: no attribute {name!r} (attributes: {known})")
+        if name in chosen:
+            raise ValueError(f"intersection {text!r}: attribute {name!r} appears twice")
+        values = attributes[name] if listed is None else [v.strip() for v in listed.split(",")]
+        unknown = [v for v in values if v not in attributes[name]]
+        if unknown or not values or len(set(values)) != len(values):
+            problem = f"{unknown[0]!r} is not a value of {name!r}" if unknown else "values must be distinct"
+            raise ValueError(f"intersection {text!r}: {problem} (values: {', '.join(attributes[name])})")
+        chosen[name] = tuple(v for v in attributes[name] if v in values)
+    if len(chosen) > 2:
+        raise ValueError(f"intersection {text!r}: at most two attributes cross (as in the STAR paper)")
+    return Crossing(values=dict(sorted(chosen.items())))
+
+
 class Demographics(BaseModel):
-    """Attributes (e.g. race, gender) and which intersections group-targeted instructions draw from."""
+    """Attributes (e.g. race, gender) and which intersections group-targeted instructions draw from.
+
+    An intersection is ``1`` (every attribute alone, all values), ``2`` (every pair of attributes, all
+    values), or written out the seed's way: ``race`` (race alone), ``race x gender`` (all pairs) or
+    ``race x gender[female, male]`` (every race with the first two genders only)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     attributes: dict[Name, list[Value]] = Field(default_factory=dict)
-    intersections: list[Annotated[int, Field(ge=1, le=2)]] = Field(
-        default_factory=lambda: [1, 2], min_length=1
-    )
+    intersections: list[
+        Annotated[int, Field(ge=1, le=2)] | Annotated[str, Field(min_length=1, max_length=2000)]
+    ] = Field(default_factory=lambda: [1, 2], min_length=1)
 
     @model_validator(mode="after")
     def _values(self) -> Demographics:
@@ -69,17 +120,53 @@ class Demographics(BaseModel):
                 raise ValueError(f"attribute {name!r}: {PREFER_NOT_TO_SAY!r} is for people, not targets")
         if self.attributes and 2 in self.intersections and len(self.attributes) < 2:
             raise ValueError("two-way intersections need at least two attributes")
+        self.crossings()  # every written intersection names known attributes and values
         return self
 
-    def groups(self) -> list[dict[str, str]]:
-        """Every target group: one attribute value, or values of two attributes, in a fixed order."""
+    def crossings(self) -> list[Crossing]:
+        """The intersections as ``Crossing``s, one-way before two-way and by attribute names within a size
+        (ties in the order written), so the numeric forms keep the order groups always had."""
         names = sorted(self.attributes)
+        found: list[Crossing] = []
+        for item in self.intersections:
+            if isinstance(item, int):
+                found += [
+                    Crossing(values={a: tuple(self.attributes[a]) for a in chosen})
+                    for chosen in itertools.combinations(names, item)
+                ]
+            else:
+                found.append(parse_crossing(item, self.attributes))
+        return sorted(found, key=lambda c: (len(c.values), c.attributes))
+
+    def groups(self) -> list[dict[str, str]]:
+        """Every target group once: the values each crossing lets take part, in a fixed order."""
         found: list[dict[str, str]] = []
-        for size in sorted(self.intersections):
-            for chosen in itertools.combinations(names, size):
-                for values in itertools.product(*(self.attributes[a] for a in chosen)):
-                    found.append(dict(zip(chosen, values, strict=True)))
+        for crossing in self.crossings():
+            for values in itertools.product(*crossing.values.values()):
+                group = dict(zip(crossing.attributes, values, strict=True))
+                if group not in found:
+                    found.append(group)
         return found
+
+    def pairs(self) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
+        """The two-way crossings by attribute pair (in the order the spec lists the attributes): the values
+        of each side that take part (several crossings of one pair merge), for the planned 2-D tables and
+        heatmaps."""
+        found: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+        for crossing in self.crossings():
+            if len(crossing.values) != 2:
+                continue
+            a, b = sorted(crossing.attributes, key=list(self.attributes).index)  # the order the spec lists
+            left, right = found.setdefault((a, b), ([], []))
+            left += [v for v in crossing.values[a] if v not in left]
+            right += [v for v in crossing.values[b] if v not in right]
+        return {
+            pair: (
+                [v for v in self.attributes[pair[0]] if v in left],
+                [v for v in self.attributes[pair[1]] if v in right],
+            )
+            for pair, (left, right) in found.items()
+        }
 
 
 ARMS = ("in_group", "out_group", "both")

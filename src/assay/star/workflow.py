@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from assay.errors import UserError
 from assay.models import Conversation, stream_chat
 from assay.star import live
+from assay.star.access import NotAllowed, NotYours  # re-exported: the faces catch them from here
 from assay.star.agents import target_prompt
 from assay.star.assign import (
     Rating,
@@ -62,14 +63,6 @@ KIND_LABEL = {
 }
 IDLE_RESET = timedelta(minutes=10)  # a pause this long counts as a break for the reminder
 RECENT_DONE = 10  # finished tasks a queue shows per campaign
-
-
-class NotYours(LookupError):
-    """No such task or pool entry of this worker, whatever the reason (a face answers 404)."""
-
-
-class NotAllowed(PermissionError):
-    """The worker's roles do not allow this (a face answers 403)."""
 
 
 @dataclass(frozen=True)

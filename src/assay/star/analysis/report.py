@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from assay import __version__
 from assay.star.agents import UNPARSED
 from assay.star.analysis import groups, paper, plots
+from assay.star.analysis.contract import SCHEMA_VERSION, conform
 from assay.star.analysis.coverage import coverage
 from assay.star.analysis.inference import DEFAULT_MIN_N
 from assay.star.analysis.participants_summary import participants_summary, participants_table
@@ -43,7 +44,7 @@ class ThemeOptions:
     n_neighbors: int = 5
     per_source: int | None = None
     seed: int = 0
-    labels: Any = None  # agreed theme labels (``assay.star.theme_labels.ThemeLabel``) to put on the clusters
+    labels: Any = None  # agreed theme labels (``analysis.labels.ThemeLabel``) to put on the clusters
 
 
 def theme_options(embedder: str, cache: Path | None = None, **options: Any) -> ThemeOptions | None:
@@ -110,20 +111,19 @@ def _rule_group_heatmaps(instructions: pd.DataFrame, dialogues: pd.DataFrame, sp
         figures["coverage_rule_group"] = plots.heatmap(
             counts, f"Dialogues per targeted group and rule (n={len(targeted)})", "dialogues"
         )
-    attributes = list(spec.demographics.attributes)
-    if len(attributes) >= 2 and not targeted.empty:
-        first, second = attributes[:2]
+    for (first, second), (left, right) in spec.demographics.pairs().items():
+        if targeted.empty:
+            break
         parsed = targeted["group_label"].map(groups.parse_group_label)
-        both = parsed[parsed.map(lambda g: first in g and second in g)]
-        if not both.empty:
-            grid = pd.crosstab(both.map(lambda g: g[first]), both.map(lambda g: g[second]))
-            grid = grid.reindex(
-                index=spec.demographics.attributes[first],
-                columns=spec.demographics.attributes[second],
-                fill_value=0,
-            ).fillna(0)
-            figures["coverage_intersection"] = plots.heatmap(
-                grid, f"Dialogues per {first} x {second} intersection (n={len(both)})", "dialogues"
+        both = parsed[parsed.map(lambda g, a=first, b=second: len(g) == 2 and a in g and b in g)]
+        if not both.empty:  # the values the spec crosses: race x gender[female, male] draws no non-binary
+            grid = pd.crosstab(both.map(lambda g, a=first: g[a]), both.map(lambda g, b=second: g[b]))
+            grid = grid.reindex(index=left, columns=right, fill_value=0).fillna(0)
+            figures.setdefault(
+                "coverage_intersection",
+                plots.heatmap(
+                    grid, f"Dialogues per {first} x {second} intersection (n={len(both)})", "dialogues"
+                ),
             )
     return figures
 
@@ -157,7 +157,7 @@ def _themes(
     dialogues: pd.DataFrame, compare: list[pd.DataFrame], campaign: str, options: ThemeOptions
 ) -> tuple[dict[str, Any], dict[str, pd.DataFrame], dict[str, str]]:
     """The thematic map of the campaign's dialogues next to each comparison set."""
-    from assay.star import theme_labels
+    from assay.star.analysis import labels as theme_labels
     from assay.star.analysis.themes import cluster_summary, points_frame, table_frame, thematic_map
 
     own = dialogues.assign(source=campaign)
@@ -230,6 +230,7 @@ def build_report(
     interactions = groups.interaction_tests(annotations, dialogues, spec, min_n=min_n)
     cover = coverage(instructions, dialogues)
     summary: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
         "campaign": spec.name,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "assay_version": __version__,
@@ -280,7 +281,7 @@ def build_report(
         figures.update(theme_figures)
     else:
         summary["themes"] = {"skipped": "no embedder chosen" if themes is None else "fewer than 3 dialogues"}
-    return Report(summary=summary, tables=tables, figures=figures)
+    return Report(summary=summary, tables=conform(tables), figures=figures)
 
 
 def render_html(report: Report, spec: CampaignSpec) -> str:

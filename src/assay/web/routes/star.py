@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.star import live, status, theme_labels, workflow
+from assay.star import live, reporting, status, theme_labels, workflow
 from assay.star.status import CampaignStatus
 from assay.star.workflow import KIND_LABEL
 from assay.store.enums import STAR_ROLES, Role, TaskKind, TaskStatus
@@ -362,6 +362,8 @@ def _dashboard(
         progress=status.campaign_status(session, campaign),
         settings=live.settings_of(session, campaign),
         report_at=report.created_at if report else None,
+        report_options=reporting.used_options(report),
+        default_min_n=reporting.DEFAULT_MIN_N,
         report_build=build,
         embedders=live.EMBEDDERS,
         kind_label=KIND_LABEL,
@@ -410,15 +412,19 @@ def build_report(
     user: Organiser,
     name: CampaignName,
     embedder: Annotated[MapEmbedder, Form()] = "minilm",
+    min_n: Annotated[int, Form(ge=1, le=100_000)] = reporting.DEFAULT_MIN_N,
+    paper_tests: Annotated[bool, Form()] = False,
 ) -> Response:
-    """Start building the analysis report in the background (one per campaign at a time); the campaign
-    page shows while it runs and why the last one failed."""
+    """Start building the analysis report in the background (one per campaign at a time) with the command
+    line's options (``--min-n``, ``--paper-tests``); the campaign page shows while it runs, why the last
+    one failed, and which options the stored report used."""
     campaign = _campaign(session, name)
     sessions, campaign_id, user_id = request.app.state.sessions, campaign.id, user.id
+    options = reporting.ReportOptions(embedder=embedder, min_n=min_n, paper_tests=paper_tests)
     _background(request).submit_unique(
         "report",
         f"STAR report for {campaign.name}",
-        lambda: live.build_report_job(sessions, campaign_id, user_id, embedder),
+        lambda: reporting.build_report_job(sessions, campaign_id, user_id, options),
         key=campaign.id,
     )
     return redirect(f"/star/campaigns/{campaign.name}#report-heading")
