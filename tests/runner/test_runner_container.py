@@ -28,6 +28,7 @@ from assay.runner import Limits, LocalExecutor, Task, run_task
 from assay.runner.container import (
     Image,
     ImageSpec,
+    _image_stage,
     _podman,
     _Space,
     container_arguments,
@@ -134,7 +135,8 @@ def test_podman_flags_carry_the_limits_and_the_view(tmp_path: Path) -> None:
     model = model_folder(tmp_path, [0.5])
     limits = Limits(wall_seconds=7.5, memory_bytes=2**28, scratch_bytes=2**24, max_processes=12)
     task = detector_task("podman:localhost/x:1", model, limits=limits, env={"ASSAY_MODEL_NAME": "id-1"})
-    space = _Space(tmp_path / "s", tmp_path / "o", bounded=True)
+    space = _Space(tmp_path / "run", bounded=True)
+    private = tmp_path / "run" / "private"
     argv = podman_command(
         ImageSpec("local", "x"), task, Image("sha256:abc", ["python3", "/e.py"]), space, "n", 7.5
     )
@@ -150,8 +152,10 @@ def test_podman_flags_carry_the_limits_and_the_view(tmp_path: Path) -> None:
         f"--memory {2**28} --memory-swap {2**28}",
         f"--user {os.getuid()}:{os.getgid()}",
         "--timeout 18",
-        f"/tmp:rw,size={2**24}",
-        "dst=/task/input/model.pt,ro=true",
+        f"src={private / 'tmp'},dst=/tmp ",  # one tmpfs for /tmp, /dev/shm, scratch and output
+        f"src={private / 'shm'},dst=/dev/shm ",
+        f"src={private / 'scratch'},dst=/task/scratch ",
+        f"src={tmp_path / 'run' / 'input'},dst=/task/input,ro=true",  # the run's copies
         "--env ASSAY_MODEL_NAME=id-1",
         "--env HOME=/task/scratch",
         '--entrypoint ["python3", "/e.py"] sha256:abc',
@@ -159,9 +163,12 @@ def test_podman_flags_carry_the_limits_and_the_view(tmp_path: Path) -> None:
         "--metaparameters_filepath /metaparameters.json",
     ):
         assert flag in text, flag
-    assert (
-        "dst=/task/input/detector" not in text
-    )  # the artifact folder is not staged: the image is the detector
+    assert "detector" in task.stage and set(_image_stage(task)) == set(task.stage) - {"detector"}
+    assert "id-" not in text.replace("ASSAY_MODEL_NAME=id-1", "")  # no model id in any path
+    unbounded = podman_command(
+        ImageSpec("local", "x"), task, Image("i", ["e"]), _Space(tmp_path / "run", bounded=False), "n", 1
+    )
+    assert f"/tmp:rw,size={2**24},mode=1777" in unbounded and "--shm-size" in unbounded
     for flag, shell in (("nofile", "ulimit -Hn"), ("nproc", "ulimit -Hu")):  # runc may not raise hard limits
         value = int(text.split(f"--ulimit {flag}=")[1].split(":")[0])
         hard = subprocess.run(["bash", "-c", shell], capture_output=True, text=True).stdout.strip()
@@ -187,12 +194,12 @@ def test_sif_images_are_refused_in_one_line_without_apptainer_or_singularity(
         run_task(Task(key="m", argv=["x"], image=str(sif)))
     assert "\n" not in str(caught.value)
     # where one is installed, the command is NIST's: run, contained, clean environment, no network
-    space = _Space(tmp_path / "s", tmp_path / "o", bounded=True)
+    space = _Space(tmp_path / "run", bounded=True)
     task = detector_task(str(sif), model_folder(tmp_path, None))
     argv = sif_command("/usr/bin/apptainer", str(sif), task, space)
     assert argv[:2] == ["/usr/bin/apptainer", "run"] and "--containall" in argv and "--cleanenv" in argv
     assert argv[argv.index("--network") + 1] == "none" and str(sif) in argv
-    assert f"{(task.stage['model.pt']).resolve()}:/task/input/model.pt:ro" in argv
+    assert f"{tmp_path / 'run' / 'input'}:/task/input:ro" in argv  # the run's copies
     assert argv[-len(TROJAI_ARGS) :][5] == "/task/scratch"
 
 

@@ -5,9 +5,9 @@ A caller builds ``Task``s (command line, staged inputs, paths to hide, limits) a
 and the result files. Nothing here knows about leaderboards or scoring: that is the caller's job.
 """
 
+from assay.runner.dispatch import run_task
 from assay.runner.executors import Executor, LocalExecutor, RayExecutor, make_executor
 from assay.runner.isolation import isolation_available, levels_available
-from assay.runner.sandbox import run_task
 from assay.runner.task import Limits, Task, TaskResult
 
 __all__ = [

@@ -20,17 +20,33 @@ import subprocess
 import sys
 
 MAX_OUTPUT_BYTES = 16 * 2**20  # per result file; assay.runner.workspace uses the same cap at weaker levels
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def read_regular(path: str | os.PathLike[str]) -> bytes | None:
-    """A regular file's bytes, or None when missing, a link, something else or over ``MAX_OUTPUT_BYTES``.
+def read_regular(root: str | os.PathLike[str], *parts: str) -> bytes | None:
+    """The bytes of the regular file ``root/parts...``, or None when missing, not a regular file, over
+    ``MAX_OUTPUT_BYTES``, or reached through a link.
 
-    Links are never followed: a detector could otherwise leave ``result.txt -> /round/ground_truth.csv``.
+    ``root`` is the harness's own (trusted) folder; every component below it is opened relative to its
+    parent's descriptor without following links: a detector could otherwise leave
+    ``result.txt -> /round/ground_truth.csv``, or replace its whole output folder by a link to a folder
+    it prepared.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        for part in parts[:-1]:
+            below = os.open(part, _DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = below
+        fd = os.open(parts[-1], _FILE, dir_fd=folder)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_OUTPUT_BYTES:
@@ -40,8 +56,8 @@ def read_regular(path: str | os.PathLike[str]) -> bytes | None:
 
 
 def _read(folder: str, name: str) -> str | None:
-    """The file's bytes as base64 (``read_regular``), or None."""
-    data = read_regular(os.path.join(folder, name))
+    """The file's bytes as base64 (``read_regular`` from ``/`` down), or None."""
+    data = read_regular("/", *[part for part in folder.split("/") if part], name)
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 

@@ -21,9 +21,12 @@ Image specs (``Task.image``):
 Podman runs with ``runc`` (``crun`` refuses cgroups v1 hybrid hosts). The detector runs as the harness's
 own user, as ``singularity run`` runs an image as its caller and as a folder detector runs (so it reads the
 staged files the harness can, however tightly they are shared), with no capabilities, ``no-new-privileges``,
-a read-only root, ``--network none`` and a pids and memory cgroup of its own. Its scratch and output folders
-are one tmpfs of ``scratch_bytes`` mounted on the host for the task (so the result files can be read back
-after the container is gone); ``/tmp`` and ``/dev/shm`` are tmpfs of the same size.
+a read-only root, ``--network none`` and a pids and memory cgroup of its own. Its scratch, output, ``/tmp``
+and ``/dev/shm`` folders are one tmpfs of ``scratch_bytes`` mounted on the host for the task (so the result
+files can be read back after the container is gone, and the run's private pages are bounded by that one
+size; where the harness may not mount, scratch, ``/tmp`` and ``/dev/shm`` are the engine's tmpfs of that
+size each). Its inputs are fresh copies in a folder of the run (``assay.runner.workspace.stage_in``), and
+the container's name is random: nothing it is given names the model.
 """
 
 from __future__ import annotations
@@ -58,7 +61,14 @@ from assay.runner.sandbox import (
     time_left,
 )
 from assay.runner.task import Task, TaskResult
-from assay.runner.workspace import OWNER_FILE, check_sources, default_base, owner_is_dead, workspace
+from assay.runner.workspace import (
+    OWNER_FILE,
+    check_sources,
+    default_base,
+    owner_is_dead,
+    stage_in,
+    workspace,
+)
 
 PODMAN_PREFIX = "podman:"
 ARCHIVE_PREFIXES = (f"{DOCKER_ARCHIVE}:", f"{OCI_ARCHIVE}:")
@@ -68,6 +78,7 @@ DETECTOR_STAGE = "detector"  # the folder detector's own stage entry: an image c
 _DETECTOR_ARG = "{input}/" + DETECTOR_STAGE + "/"
 _ENTRYPOINT_ARG = _DETECTOR_ARG + "entrypoint.py"
 _PRIVATE = "private"  # the task's tmpfs mount point inside its workspace folder
+_FOLDERS = ("scratch", "output", "tmp", "shm")  # the folders on it
 # RLIMIT_NPROC counts a user's processes host-wide (root is exempt), so it bounds nothing per task: the pids
 # cgroup does. It must still be set, within what conmon passes on (32768 under podman 4.3), or runc fails.
 _MAX_NPROC = 32768
@@ -299,17 +310,19 @@ def _mount_source(path: Path) -> str:
     return text
 
 
-def _binds(task: Task) -> list[tuple[str, str]]:
-    """(host source, container path) of every read-only input: the stage entries and ``readonly`` paths."""
-    binds = [
-        (_mount_source(source), str(INSIDE_FOLDERS.input / name))
-        for name, source in task.stage.items()
-        if name != DETECTOR_STAGE
-    ]
+def _binds(task: Task, space: _Space | None = None) -> list[tuple[str, str]]:
+    """(host source, container path) of every read-only input: the run's input folder (``space``) and the
+    ``readonly`` paths."""
+    binds = [(_mount_source(space.input), str(INSIDE_FOLDERS.input))] if space is not None else []
     binds += [
         (_mount_source(path), str(Path(path).resolve())) for path in task.readonly if Path(path).exists()
     ]
     return binds
+
+
+def _image_stage(task: Task) -> dict[str, Path]:
+    """The stage entries a container gets: all but the folder detector's own files (the image has its own)."""
+    return {name: path for name, path in task.stage.items() if name != DETECTOR_STAGE}
 
 
 # --- the task's own folders ---------------------------------------------------------------------------------
@@ -317,11 +330,19 @@ def _binds(task: Task) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class _Space:
-    """Host folders bound into the container; ``bounded``: they sit on the task's own tmpfs."""
+    """Host folders bound into the container, below the run's ``root``; ``bounded``: all but ``input``
+    sit on the task's own tmpfs (``root/private``)."""
 
-    scratch: Path
-    output: Path
+    root: Path
     bounded: bool
+
+    @property
+    def input(self) -> Path:
+        return self.root / "input"
+
+    def private(self, name: str) -> Path:
+        """``scratch``, ``output``, ``tmp`` or ``shm`` on the task's tmpfs."""
+        return self.root / _PRIVATE / name
 
 
 def _unescape(field: str) -> str:
@@ -364,14 +385,15 @@ def _task_space(task: Task, workdir: Path | None) -> Iterator[_Space]:
     base = (workdir or default_base()).resolve()
     base.mkdir(parents=True, exist_ok=True)
     _sweep_mounts(base)
-    with workspace(task.key, workdir) as space:
+    with workspace(workdir) as space:
         private = space.root / _PRIVATE
         private.mkdir()
         bounded = _mount_tmpfs(private, task.limits.scratch_bytes)
         try:
-            for name in ("scratch", "output"):
-                (private / name).mkdir()
-            yield _Space(private / "scratch", private / "output", bounded)
+            for name in _FOLDERS:
+                (private / name).mkdir()  # the container runs as the harness's user, their owner
+            stage_in(space, _image_stage(task), task.shared_stage)
+            yield _Space(space.root, bounded)
         finally:
             if bounded:
                 subprocess.run(["umount", "--lazy", str(private)], capture_output=True, check=False)
@@ -405,13 +427,14 @@ def podman_command(
         argv += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
     argv += ["--log-driver", "passthrough", "--timeout", str(math.ceil(wall) + _BACKSTOP_S)]
     size = limits.scratch_bytes
-    argv += ["--tmpfs", f"/tmp:rw,size={size},mode=1777", "--shm-size", str(size)]
-    if space.bounded:
-        argv += ["--mount", f"type=bind,src={space.scratch},dst={inside.scratch}"]
-    else:  # no tmpfs of our own: scratch is the container's, bounded; only the output folder is not
+    if space.bounded:  # one tmpfs of ``size`` holds them all
+        for source, target in (("scratch", inside.scratch), ("tmp", "/tmp"), ("shm", "/dev/shm")):
+            argv += ["--mount", f"type=bind,src={space.private(source)},dst={target}"]
+    else:  # no tmpfs of our own: the engine's, bounded each; only the output folder is not
+        argv += ["--tmpfs", f"/tmp:rw,size={size},mode=1777", "--shm-size", str(size)]
         argv += ["--tmpfs", f"{inside.scratch}:rw,exec,size={size},mode=1777"]
-    argv += ["--mount", f"type=bind,src={space.output},dst={inside.output}"]
-    for source, target in _binds(task):
+    argv += ["--mount", f"type=bind,src={space.private('output')},dst={inside.output}"]
+    for source, target in _binds(task, space):
         argv += ["--mount", f"type=bind,src={source},dst={target},ro=true"]
     if limits.gpus > 0:
         for node in sorted(Path("/dev").glob("nvidia*")):
@@ -434,10 +457,10 @@ def sif_command(engine: str, image: str, task: Task, space: _Space) -> list[str]
         argv += ["--memory", str(limits.memory_bytes)]
     if limits.gpus > 0:
         argv.append("--nv")
-    for source, inside in _binds(task):
+    for source, inside in _binds(task, space):
         argv += ["--bind", f"{source}:{inside}:ro"]
-    argv += ["--bind", f"{space.scratch}:{INSIDE_FOLDERS.scratch}"]
-    argv += ["--bind", f"{space.output}:{INSIDE_FOLDERS.output}"]
+    argv += ["--bind", f"{space.private('scratch')}:{INSIDE_FOLDERS.scratch}"]
+    argv += ["--bind", f"{space.private('output')}:{INSIDE_FOLDERS.output}"]
     for variable, value in _container_environment(task).items():
         argv += ["--env", f"{variable}={value}"]
     return [*argv, image, *(fill(arg, INSIDE_FOLDERS) for arg in container_arguments(task.argv))]
@@ -496,7 +519,7 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
     engine = sif_engine() if spec.kind == "sif" else None
     if engine is None and (reason := podman_missing()):
         raise UserError(f"task {task.key!r} runs an OCI image and {reason}")
-    check_sources({name: path for name, path in task.stage.items() if name != DETECTOR_STAGE})
+    check_sources(_image_stage(task))
     _binds(task)  # refuse unmountable paths before anything starts
     worker = f"{socket.gethostname()}:{os.getpid()}"
     wall = time_left(task)
@@ -510,7 +533,7 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
         wall = min(wall, time_left(task))
         if wall <= 0:
             return not_started(task, worker)
-    name = f"assay-{re.sub(r'[^A-Za-z0-9_.-]', '_', task.key)[:40]}-{uuid.uuid4().hex[:12]}"
+    name = f"assay-{uuid.uuid4().hex}"  # nothing of the task's key, which names the model
     with _task_space(task, workdir) as space:
         if engine:
             argv = sif_command(engine, image.ref, task, space)
@@ -526,5 +549,5 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
             # interrupted harness leaves it running under conmon
             if not engine and (finished is None or finished.exit_code is None):
                 _remove(spec, name)
-        outputs = {output: read_regular(space.output / output) for output in task.outputs}
+        outputs = {output: read_regular(space.root, _PRIVATE, "output", output) for output in task.outputs}
     return _result(task, finished, outputs, described, worker, wall)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from assay.errors import UserError
-from assay.runner.sandbox import run_task
+from assay.runner.dispatch import run_task
 from assay.runner.task import Task, TaskResult
 
 OnResult = Callable[[TaskResult], None]

@@ -3,10 +3,13 @@
 Three levels, best first, detected at run time by trying them once:
 
 - ``bwrap``: bubblewrap. An empty root (deny by default) into which only an allow-list is bound read-only:
-  the system libraries, this Python and ``assay``, and the task's staged inputs; the task's scratch, output
-  and ``/dev/shm`` live on one size-bounded tmpfs of its own that vanishes with it, ``/tmp`` on another of
-  the same size. No network, own pid namespace (everything dies with the detector), all capabilities
-  dropped (as root, capabilities would let it mount the host's disk).
+  the system libraries, this Python and ``assay``, and the task's input folder (copies under neutral
+  names, see ``assay.runner.workspace``); the task's scratch, output, ``/dev/shm`` and ``/tmp`` are folders
+  of one size-bounded tmpfs of its own (``/dev/shm`` and ``/tmp`` are links into it), so a run's private
+  pages are bounded by that one size; it vanishes with the run. No network, own pid namespace (everything
+  dies with the detector), all capabilities dropped (as root, capabilities would let it mount the host's
+  disk), and, with bubblewrap 0.8 or later, no nested user namespaces (in one of its own a detector would
+  hold every capability again: it could mount a tmpfs outside the size bound, or probe the kernel).
 - ``unshare``: ``unshare -n -p -f --kill-child`` cuts the network and gives an own pid namespace (so a child
   that calls ``setsid`` still dies with the detector); paths are not hidden and the file system is writable.
   The detector is pid 1 there, so signals it sends itself without a handler are ignored.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +34,8 @@ LEVELS = ("bwrap", "unshare", "none")
 _UNSHARE_FLAGS = ("--net", "--pid", "--fork", "--kill-child")
 
 
-INSIDE = Path("/task")  # the task's own tmpfs inside a bwrap sandbox: input/, scratch/, output/, shm/
+INSIDE = Path("/task")  # the task's own tmpfs inside a bwrap sandbox: input/, scratch/, output/, shm/, tmp/
+_DISABLE_USERNS = (0, 8)  # the bubblewrap release that added --disable-userns
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The dynamic loader's cache and time zone; no passwd, hosts or ssl: nothing a sealed detector needs.
 _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
@@ -42,12 +47,12 @@ class Mounts:
     """What a bwrap sandbox is built from, on an empty root: nothing else of the host exists inside.
 
     ``readonly``: host paths shown read-only at the same place (the runtime, extra inputs).
-    ``stage``: mount point inside the sandbox -> host source, read-only.
-    ``private_bytes``: the size of the task's own tmpfs (scratch, output, /dev/shm), and of its /tmp.
+    ``input``: the host folder shown read-only as ``/task/input`` (the task's staged copies).
+    ``private_bytes``: the size of the task's own tmpfs (scratch, output, /dev/shm and /tmp together).
     """
 
     readonly: list[Path] = field(default_factory=list)
-    stage: dict[Path, Path] = field(default_factory=dict)
+    input: Path | None = None
     private_bytes: int = 2**30
     network: bool = False
     gpus: bool = False
@@ -136,25 +141,50 @@ def _devices(gpus: bool) -> list[str]:
     return argv
 
 
+@functools.cache
+def bwrap_version() -> tuple[int, ...]:
+    """The installed bubblewrap's version, e.g. (0, 8, 0); () when it cannot be told."""
+    try:
+        done = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", done.stdout)
+    return tuple(int(part) for part in found.groups() if part is not None) if found else ()
+
+
+@functools.cache
+def nested_userns_disabled() -> bool:
+    """Whether bwrap here can forbid nested user namespaces (0.8+, and a user namespace of its own works)."""
+    if bwrap_version() < _DISABLE_USERNS:
+        return False
+    return _works(["bwrap", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "--"])
+
+
+def _namespaces() -> list[str]:
+    """Own user (without nested ones where bwrap can), pid, ipc, uts and cgroup namespaces."""
+    user = ["--unshare-user", "--disable-userns"] if nested_userns_disabled() else ["--unshare-user-try"]
+    return [*user, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+
+
 def bwrap_argv(mounts: Mounts) -> list[str]:
     """The bubblewrap prefix: an empty, read-only root with only the allow-listed paths bound into it.
 
-    Order matters: later mounts sit on top of earlier ones, and the remounts come last.
+    Order matters: later mounts sit on top of earlier ones, and the remounts come last. The task's tmpfs
+    and the ``/tmp`` link come before the runtime binds: a runtime path may lie under ``/tmp`` (a checkout
+    or virtual environment there), and its mount point then goes on that tmpfs.
     """
     argv = ["bwrap", "--tmpfs", "/", "--proc", "/proc", *_devices(mounts.gpus)]
-    # /tmp is a bounded tmpfs of its own, made before the binds: a runtime path may lie under /tmp (a
-    # checkout or virtual environment there), and its mount point then goes on this tmpfs.
-    argv += ["--size", str(mounts.private_bytes), "--tmpfs", "/tmp"]
-    argv += ["--unshare-user-try", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    argv += ["--size", str(mounts.private_bytes), "--tmpfs", str(INSIDE)]
+    argv += [arg for name in ("input", "scratch", "output") for arg in ("--dir", str(INSIDE / name))]
+    argv += [arg for name in ("shm", "tmp") for arg in ("--perms", "1777", "--dir", str(INSIDE / name))]
+    argv += ["--symlink", str(INSIDE / "tmp"), "/tmp", *_namespaces()]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
     if not mounts.network:
         argv.append("--unshare-net")
     for path in _existing([*runtime_paths(), *mounts.readonly]):
         argv += _show(path)
-    argv += ["--size", str(mounts.private_bytes), "--tmpfs", str(INSIDE)]
-    argv += [arg for name in ("input", "scratch", "output", "shm") for arg in ("--dir", str(INSIDE / name))]
-    for inside, source in mounts.stage.items():
-        argv += ["--ro-bind", str(Path(source).resolve()), str(inside)]
+    if mounts.input is not None:
+        argv += ["--ro-bind", str(Path(mounts.input).resolve()), str(INSIDE / "input")]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return [*argv, "--"]
 
@@ -166,6 +196,11 @@ def wrap(level: str, argv: list[str], mounts: Mounts) -> tuple[list[str], str]:
         parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
         parts.append("network allowed" if mounts.network else "no network")
         parts += ["own pid namespace", "no capabilities"]
+        if nested_userns_disabled():
+            parts.append("no nested user namespaces")
+        else:
+            shown = ".".join(map(str, bwrap_version())) or "unknown"
+            parts.append(f"nested user namespaces NOT disabled (bubblewrap {shown}; 0.8 or later can)")
         return bwrap_argv(mounts) + argv, "bwrap: " + ", ".join(parts)
     if level == "unshare":
         if mounts.network:

@@ -1,10 +1,12 @@
-"""Run one untrusted detector: fresh folders, the best sandbox available, limits, and a record of the outcome.
+"""Run one untrusted folder detector: fresh folders, the best sandbox available, limits, and a record of the
+outcome; and the helpers every way of running a task shares (``container.py`` imports them from here).
 
-``run_task`` is the only entry point executors need. It raises only for the caller's mistakes (a missing
-stage source, an isolation level this machine lacks, a sealed task where bwrap is missing); whatever the
-detector does (non-zero exit, timeout, crash, memory blow-up, garbage or missing output) ends up in the
-``TaskResult``. Under bwrap the detector's output folder lives on its own tmpfs; ``collect.py`` hands the
-result files back through a side pipe once the detector is done.
+``run_folder`` raises only for the caller's mistakes (a missing stage source, an isolation level this
+machine lacks, a sealed task where bwrap is missing); whatever the detector does (non-zero exit, timeout,
+crash, memory blow-up, garbage or missing output) ends up in the ``TaskResult``. Under bwrap the
+detector's output folder lives on its own tmpfs; ``collect.py`` hands the result files back through a side
+pipe once the detector is done. Executors call ``assay.runner.dispatch.run_task``, which sends image tasks
+to ``container.py`` instead.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from assay.runner.collect import MAX_OUTPUT_BYTES
 from assay.runner.isolation import INSIDE, Mounts, choose, isolation_available, wrap
 from assay.runner.process import Finished, run_limited
 from assay.runner.task import Limits, Task, TaskResult
-from assay.runner.workspace import Workspace, check_sources, copy_in, read_output, workspace
+from assay.runner.workspace import Workspace, check_sources, read_output, stage_in, workspace
 
 COLLECTOR = str(Path(__file__).with_name("collect.py"))
 
-__all__ = ["Limits", "Task", "TaskResult", "isolation_available", "run_task"]
+__all__ = ["Limits", "Task", "TaskResult", "isolation_available", "run_folder"]
 
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What an allocation failure prints (Python, C, C++, the dynamic loader, OpenBLAS, CUDA), compared lower-case.
@@ -45,6 +47,7 @@ _MEMORY_MARKERS = (
     b"memory allocation",
 )
 _SIGKILL_CODES = (-9, 128 + 9)  # bare subprocess, and bwrap reporting its child's SIGKILL
+_NEAR_LIMIT = 0.9  # a peak resident set this close to the memory limit is evidence of a memory kill
 
 
 @dataclass(frozen=True)
@@ -95,14 +98,20 @@ def environment(task: Task, space: Folders) -> dict[str, str]:
     return env
 
 
-def memory_killed(limits: Limits, finished: Finished) -> bool:
-    """Best effort: a failed run under a memory limit that died by SIGKILL or printed an allocation error."""
+def memory_killed(limits: Limits, finished: Finished, collector_lost: bool = False) -> bool:
+    """Best effort: a failed run under a memory limit that died by SIGKILL or printed an allocation error.
+
+    When the collector was lost, its exit status (often a SIGKILL the detector sent it) says nothing about
+    memory: only an allocation error or a peak near the limit counts then.
+    """
     if limits.memory_bytes is None or finished.timed_out or finished.exit_code in (0, None):
         return False
-    if finished.exit_code in _SIGKILL_CODES:
-        return True
     stderr = finished.stderr.lower()
-    return any(marker in stderr for marker in _MEMORY_MARKERS)
+    if any(marker in stderr for marker in _MEMORY_MARKERS):
+        return True
+    if collector_lost:
+        return finished.peak_memory_bytes >= _NEAR_LIMIT * limits.memory_bytes
+    return finished.exit_code in _SIGKILL_CODES
 
 
 def not_started(task: Task, worker: str) -> TaskResult:
@@ -122,20 +131,21 @@ def not_started(task: Task, worker: str) -> TaskResult:
     )
 
 
-def _collected(raw: bytes, names: list[str]) -> dict[str, bytes | None]:
-    """The collector's JSON of base64 files; anything malformed (a detector meddling with it) is no output."""
+def _collected(raw: bytes, names: list[str]) -> dict[str, bytes | None] | None:
+    """The collector's JSON of base64 files; None when none came or it is malformed (the collector was
+    killed, or a detector meddled with it)."""
     try:
         found = json.loads(raw)
         return {name: None if found.get(name) is None else base64.b64decode(found[name]) for name in names}
     except (ValueError, TypeError, AttributeError, binascii.Error):
-        return dict.fromkeys(names)
+        return None
 
 
-def _bwrap_command(task: Task) -> tuple[list[str], str]:
+def _bwrap_command(task: Task, space: Workspace) -> tuple[list[str], str]:
     """The sealed command line: bwrap around the collector around the detector."""
     mounts = Mounts(
         readonly=list(task.readonly),
-        stage={INSIDE_FOLDERS.input / name: Path(source) for name, source in task.stage.items()},
+        input=space.input,
         private_bytes=task.limits.scratch_bytes,
         network=task.limits.network,
         gpus=task.limits.gpus > 0,
@@ -154,34 +164,32 @@ def _refuse_unsealed(level: str, task: Task) -> None:
 
 
 def _run(task: Task, level: str, space: Workspace, wall: float, join: Callable[[], None] | None) -> tuple:
-    """Start the task at ``level``; its Finished record and its outputs."""
+    """Start the task at ``level``; its Finished record, its outputs (None: the collector was lost) and the
+    isolation it had."""
     limits = task.limits
     data_only = limits.gpus > 0  # RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS
+    stage_in(space, task.stage, task.shared_stage)
     if level == "bwrap":
-        argv, described = _bwrap_command(task)
+        argv, described = _bwrap_command(task, space)
         env = environment(task, INSIDE_FOLDERS)
         cap = len(task.outputs) * (MAX_OUTPUT_BYTES * 4 // 3 + 512) + 64
         finished = run_limited(argv, env, "/", wall, limits.memory_bytes, data_only, cap, join)
-        return finished, _collected(finished.collected, task.outputs), described
+        outputs = _collected(finished.collected, task.outputs)
+        lost = outputs is None and not finished.timed_out and finished.exit_code is not None
+        return finished, outputs or dict.fromkeys(task.outputs), described, lost
     folders = Folders(space.input, space.scratch, space.output)
-    copy_in(space, task.stage)
     argv, described = wrap(level, [fill(arg, folders) for arg in task.argv], Mounts(network=limits.network))
     env = environment(task, folders)
     finished = run_limited(argv, env, str(space.scratch), wall, limits.memory_bytes, data_only, join=join)
-    return finished, {name: read_output(space, name) for name in task.outputs}, described
+    return finished, {name: read_output(space, name) for name in task.outputs}, described, False
 
 
-def run_task(task: Task, workdir: Path | None = None, isolation: str | None = None) -> TaskResult:
-    """Run ``task`` in a fresh sandbox (bwrap: on an empty root; else a folder under ``workdir``, default
-    the temp dir, removed after) and record what happened.
+def run_folder(task: Task, workdir: Path | None = None, isolation: str | None = None) -> TaskResult:
+    """Run the folder detector ``task`` in a fresh sandbox (bwrap: on an empty root; else a folder under
+    ``workdir``, default the temp dir, removed after) and record what happened.
 
-    ``isolation`` forces a level (``bwrap``, ``unshare``, ``none``); None picks the best available. A task
-    with an ``image`` runs in its container instead (``assay.runner.container``; ``isolation`` is ignored).
+    ``isolation`` forces a level (``bwrap``, ``unshare``, ``none``); None picks the best available.
     """
-    if task.image is not None:
-        from assay.runner.container import run_container  # podman and apptainer only for image tasks
-
-        return run_container(task, workdir)
     level = choose(isolation)
     _refuse_unsealed(level, task)
     check_sources(task.stage)
@@ -189,13 +197,13 @@ def run_task(task: Task, workdir: Path | None = None, isolation: str | None = No
     wall = time_left(task)
     if wall <= 0:
         return not_started(task, worker)
-    with workspace(task.key, workdir) as space, task_cgroup(task.limits.max_processes) as group:
-        finished, outputs, described = _run(task, level, space, wall, joiner(group) if group else None)
+    with workspace(workdir) as space, task_cgroup(task.limits.max_processes) as group:
+        finished, outputs, described, lost = _run(task, level, space, wall, joiner(group) if group else None)
     if group is None:
         described += "; process count not bounded (no pids cgroup)"
     else:
         described += f"; at most {task.limits.max_processes} processes"
-    return task_result(task, finished, outputs, described, worker, wall)
+    return task_result(task, finished, outputs, described, worker, wall, collector_lost=lost)
 
 
 def time_left(task: Task) -> float:
@@ -213,6 +221,7 @@ def task_result(
     worker: str,
     wall: float,
     peak_memory_bytes: int | None = None,
+    collector_lost: bool = False,
 ) -> TaskResult:
     """The record of a finished run, for every way of running a task (``peak_memory_bytes`` None: the
     peak measured by ``run_limited``)."""
@@ -221,7 +230,7 @@ def task_result(
         key=task.key,
         exit_code=finished.exit_code,
         timed_out=finished.timed_out,
-        killed_for_memory=memory_killed(task.limits, finished),
+        killed_for_memory=memory_killed(task.limits, finished, collector_lost),
         wall_seconds=finished.wall_seconds,
         stdout=finished.stdout.decode("utf-8", errors="replace"),
         stderr=stderr,
@@ -230,4 +239,5 @@ def task_result(
         worker=worker,
         deadline_reached=finished.timed_out and wall < task.limits.wall_seconds,
         peak_memory_bytes=finished.peak_memory_bytes if peak_memory_bytes is None else peak_memory_bytes,
+        collector_lost=collector_lost,
     )

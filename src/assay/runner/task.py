@@ -64,6 +64,12 @@ class Task:
     and its own ``wall_seconds``, and one that would start after it is not started. ``require_isolation``
     refuses to run it anywhere bwrap is not available.
 
+    Staged entries are copied into a fresh folder of the run, under their stage names, with new inodes and
+    one fixed modification time, so nothing inside (a path, ``/proc``, ``stat``) tells which model or host
+    file it is. ``shared_stage`` names entries that are the same for every task of a job (the detector's
+    own folder, a training set): they cannot tell one task from another, so they are hard-linked (copied
+    only across file systems), which costs nothing however large they are.
+
     ``image`` runs the task in that container image instead (``assay.runner.container``: an image archive
     from ``podman save``/``docker save``, ``podman:REF``, or a ``.sif``), with the same inputs, limits and
     result handling: ``argv`` is then a folder detector's, whose interpreter and ``entrypoint.py`` give way
@@ -80,10 +86,14 @@ class Task:
     deadline: float | None = None
     require_isolation: bool = False
     image: str | None = None
+    shared_stage: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise ValueError(f"task {self.key!r} has an empty argv")
+        if not set(self.shared_stage) <= set(self.stage):
+            extra = sorted(set(self.shared_stage) - set(self.stage))
+            raise ValueError(f"task {self.key!r}: shared_stage names {extra!r}, which are not staged")
         for name in self.stage:
             _check_name("stage", name)
         for name in self.outputs:
@@ -100,6 +110,9 @@ class TaskResult:
     ``stdout``/``stderr`` keep the last 64 KiB. ``worker`` is ``hostname:pid`` of the harness process.
     ``deadline_reached``: stopped (or never started) because the shared ``Task.deadline`` came first.
     ``peak_memory_bytes``: the largest resident set of the run's processes that were waited for.
+    ``collector_lost``: under bwrap, the result collector never handed the results back (the detector
+    killed it, or it died): the outputs are all None and the exit code is the collector's, not the
+    detector's, so it is no evidence of a memory kill.
     """
 
     key: str
@@ -114,8 +127,14 @@ class TaskResult:
     worker: str
     deadline_reached: bool = False
     peak_memory_bytes: int = 0
+    collector_lost: bool = False
 
     @property
     def ok(self) -> bool:
         """Exited 0 within its limits; the outputs may still be garbage, which is the caller's to judge."""
-        return self.exit_code == 0 and not self.timed_out and not self.killed_for_memory
+        return (
+            self.exit_code == 0
+            and not self.timed_out
+            and not self.killed_for_memory
+            and not self.collector_lost
+        )

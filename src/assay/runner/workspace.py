@@ -1,17 +1,20 @@
 """The per-task folder: ``input/`` with the staged files, empty ``scratch/`` and ``output/``.
 
-Every task gets a fresh folder inside a base folder; under bwrap nothing of it is shown to the detector (its
-folders live on the sandbox's own tmpfs), at the weaker levels it is where the inputs are copied. Each folder
-names its owner, so the next worker on the host removes what a killed one left behind. Outputs are read back
-without following symlinks: a detector could otherwise leave ``result.txt -> /round/ground_truth.csv`` and
-have the harness read it.
+Every task gets a fresh folder with a random name inside a base folder (nothing of the task's key, which
+names the model). Its ``input/`` holds copies of the staged entries, which is what the detector is shown
+(bound read-only at ``/task/input`` under bwrap): a copy has a new inode and one fixed modification time,
+and its path is the run's own, so neither ``/proc/self/mountinfo``, the command line nor ``stat`` tells
+which model or host file it came from. Under bwrap, scratch and output live on the sandbox's own tmpfs;
+at the weaker levels they are the folder's. Each folder names its owner, so the next worker on the host
+removes what a killed one left behind. Outputs are read back without following any link below the task
+folder: a detector could otherwise leave ``result.txt -> /round/ground_truth.csv``, or replace ``output``
+itself by a link, and have the harness read it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -23,6 +26,7 @@ from assay.errors import UserError
 from assay.runner.collect import read_regular
 
 OWNER_FILE = ".owner"  # "host pid start-time" of the harness process using the folder
+NEUTRAL_MTIME_NS = 946_684_800 * 10**9  # 2000-01-01 UTC: the time every copied input shows
 
 
 @dataclass(frozen=True)
@@ -87,13 +91,13 @@ def sweep_stale(base: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def workspace(key: str, base: Path | None = None) -> Iterator[Workspace]:
-    """A fresh task folder, removed afterwards whatever happened; stale ones of dead workers go first."""
+def workspace(base: Path | None = None) -> Iterator[Workspace]:
+    """A fresh task folder with a random name, removed afterwards whatever happened; stale ones of dead
+    workers go first."""
     base = (base or default_base()).resolve()
     base.mkdir(parents=True, exist_ok=True)
     sweep_stale(base)
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:60] or "task"
-    root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=base))
+    root = Path(tempfile.mkdtemp(prefix="task-", dir=base))
     space = Workspace(base, root)
     try:
         (root / OWNER_FILE).write_text(_owner())
@@ -119,16 +123,33 @@ def check_sources(stage: dict[str, Path]) -> None:
             raise UserError(f"stage entry {name!r}: {source} does not exist")
 
 
-def copy_in(space: Workspace, stage: dict[str, Path]) -> None:
-    """Expose stage entries by hard links or copies (no bind mounts without bwrap)."""
+def _copy_fresh(source: Path, target: Path) -> None:
+    """Copy a file or tree with its permissions but new inodes and ``NEUTRAL_MTIME_NS`` everywhere; links
+    are followed (a link could name a host path), dangling ones left out."""
+    if source.is_dir():
+        shutil.copytree(source, target, copy_function=shutil.copy, ignore_dangling_symlinks=True)
+        paths = [Path(top) / name for top, dirs, files in os.walk(target) for name in dirs + files]
+    else:
+        shutil.copy(source, target)
+        paths = []
+    for path in [*paths, target]:
+        os.utime(path, ns=(NEUTRAL_MTIME_NS, NEUTRAL_MTIME_NS), follow_symlinks=False)
+
+
+def stage_in(space: Workspace, stage: dict[str, Path], shared: frozenset[str] = frozenset()) -> None:
+    """Put the stage entries into ``space.input``: fresh copies (``_copy_fresh``), or hard links for the
+    ``shared`` entries, which are the same for every task and so name none of them."""
     for name, source in stage.items():
         source, target = Path(source).resolve(), space.input / name
-        if source.is_dir():
+        if name not in shared:
+            _copy_fresh(source, target)
+        elif source.is_dir():
             shutil.copytree(source, target, copy_function=_link_or_copy, symlinks=True)
         else:
             _link_or_copy(str(source), str(target))
 
 
 def read_output(space: Workspace, name: str) -> bytes | None:
-    """A regular file's bytes, or None when missing, a symlink, something else, or over the size cap."""
-    return read_regular(space.output / name)
+    """A regular file's bytes, or None when missing, reached through a link, something else, or over the
+    size cap (``output`` itself is opened without following a link too)."""
+    return read_regular(space.root, "output", name)
