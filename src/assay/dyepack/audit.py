@@ -16,7 +16,8 @@ ROC curve (AUC: 0.5 is chance, 1.0 finds every backdoor row first) of:
 - **joins**: every backdoor sample's trigger must stand as a sentence of its own (a key-holder's check).
 - **rules** needing no labels at all: odd capitalisation ("... has the Take a moment"), an unusual ending
   or opening, length, sentence count, sentences that recur in only a few rows, and recurring sentences
-  whose rows all share one answer (how a backdoor's samples look).
+  whose rows all share one answer (how a backdoor's samples look; read with backdoor rows' labels masked,
+  ``masked_answers``, so that no input of the audit depends on which targets were drawn).
 
 Each is oriented so that a higher score is more suspicious. A measure warns when its AUC is above
 ``THRESHOLD`` (0.6) and above 0.5 beyond chance (``measure``): with 8 backdoors, the classifier's AUC on
@@ -123,8 +124,29 @@ def sentences(text: str) -> set[str]:
 # ---------------------------------------------------------------- rules
 
 
-def rule_scores(items: Sequence[Item]) -> dict[str, tuple[str, list[float]]]:
-    """Per rule: a description and one score per row, higher meaning more suspicious."""
+def masked_answers(items: Sequence[Item], backdoors: Sequence[Backdoor]) -> list[int]:
+    """Each row's released answer, with every backdoor row's label masked: ``-1 - index`` of its backdoor.
+
+    Why: the audit decides which draws ``prepare`` keeps, so it must not read the targets, or keeping a
+    draw could favour some targets over others and the false-positive rate would no longer be exact. A
+    backdoor's samples always share one answer, whichever target was drawn; the mask keeps exactly that
+    (its rows agree with each other) and nothing that depends on the target's value (whether they also
+    agree with a clean row that shares a sentence with them).
+    """
+    answers = [getattr(item, "answer", 0) for item in items]
+    for backdoor in backdoors:
+        for row in backdoor.rows:
+            answers[row] = -1 - backdoor.index
+    return answers
+
+
+def rule_scores(
+    items: Sequence[Item], answers: Sequence[int] | None = None
+) -> dict[str, tuple[str, list[float]]]:
+    """Per rule: a description and one score per row, higher meaning more suspicious.
+
+    ``answers`` are the labels the one-answer rule reads (``masked_answers`` in the audit; the released
+    answers when left out)."""
     mains = [main_text(item) for item in items]
     fulls = [full_text(item) for item in items]
     lower_words = {word for text in fulls for word in _WORD.findall(text) if word.islower()} | _common_words()
@@ -157,8 +179,9 @@ def rule_scores(items: Sequence[Item]) -> dict[str, tuple[str, list[float]]]:
         ),
     }
     if items and isinstance(items[0], MultipleChoice):
-        answers = [item.answer for item in items]  # type: ignore[union-attr]
-        agree = _agreeing_sentences(row_sentences, answers)
+        if answers is None:
+            answers = [item.answer for item in items]  # type: ignore[union-attr]
+        agree = _agreeing_sentences(row_sentences, list(answers))
         rules["repeated sentence, one answer"] = (
             "a shared sentence whose rows all have one answer",
             [float(bool(found & agree)) for found in row_sentences],
@@ -363,7 +386,7 @@ def audit_items(items: Sequence[Item], backdoors: Sequence[Backdoor], seed: int 
     )
     if labels.all():
         return audit  # every row is a backdoor sample: nothing to tell them from
-    rules = rule_scores(items)
+    rules = rule_scores(items, masked_answers(items, backdoors))  # target-blind: see masked_answers
     n_measures = len(rules) + 1
     cap = 2 * max(len(b.rows) for b in backdoors)
     mains = [main_text(i) for i in items]  # where triggers go; options are never changed

@@ -102,7 +102,7 @@ def prepare(
         position=parse_position(trigger_position),
         cover=cover,
     )
-    result = prepare_release(bench, config, out, key, audit=audit, redraws=redraws)
+    result = prepare_release(bench, config, out, key, audit=audit, redraws=redraws, strip_risk=True)
     summary = {
         "release": str(result.release_path),
         "key": str(result.key_path),
@@ -117,6 +117,7 @@ def prepare(
         "randomness": result.key.randomness.source,
         "release_fingerprint": result.key.release_fingerprint,
         "audit": audit_summary(result.audit) if result.audit else None,
+        "strip_risk": [risk.summary() for risk in result.strip] if result.strip else None,
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -137,17 +138,27 @@ def prepare(
         )
     if result.audit:
         show_audit(result.audit)
+    if result.strip:
+        show_strip_risk(result.strip)
 
 
 @app.command("audit")
 def audit_cmd(
     release: Path = typer.Argument(..., help="The released benchmark (file or folder)."),
     key: Path = typer.Option(..., help="The secret key written by prepare."),
+    solver: str | None = typer.Option(
+        None, help="Strip risk: a model spec (hf:, openai:, python:) that answers every row, as an attacker."
+    ),
+    solver_accuracy: float | None = typer.Option(
+        None, help="Strip risk with a simulated solver of this accuracy that errs independently."
+    ),
+    alpha: float = typer.Option(DEFAULT_ALPHA, help="The alpha a stripped release must still flag at."),
     as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
 ) -> None:
     """Stealth audit of a release: can its backdoor rows be told from the rest by how they look?
+    With --solver or --solver-accuracy, also what a trainer with that solver strips and what it costs.
 
-    Example: assay dyepack audit release/logical_deduction.json --key secret/key.json
+    Example: assay dyepack audit release/logical_deduction.json --key secret/key.json --solver-accuracy 0.9
     """
     from assay.data import read_benchmark
     from assay.dyepack.audit import audit_items
@@ -157,10 +168,60 @@ def audit_cmd(
     bench = read_benchmark(release, style=secret.style, split=secret.split)
     check_release(bench, secret)
     result = audit_items(bench.items, secret.backdoors)
+    risks = strip_risks(bench.items, secret.backdoors, solver, solver_accuracy, alpha)
     if as_json:
-        typer.echo(json.dumps(audit_summary(result), indent=2))
+        strip = [risk.summary() for risk in risks] if risks else None
+        typer.echo(json.dumps({**audit_summary(result), "strip_risk": strip}, indent=2))
         return
     show_audit(result)
+    if risks:
+        show_strip_risk(risks)
+
+
+def strip_risks(
+    items: list, backdoors: list, solver: str | None, accuracy: float | None, alpha: float
+) -> list:
+    """The strip risk under both attacks for the solver asked for (none: an empty list)."""
+    from assay.dyepack import strip
+
+    if solver is not None and accuracy is not None:
+        raise UserError("give --solver or --solver-accuracy, not both")
+    if solver is not None:
+        with progress_bar() as bar:
+            task = bar.add_task("solver", total=len(items))
+            answers = strip.solver_answers(solver, items, on_result=lambda _i, _r: bar.advance(task))
+        rejected = strip.solver_rejections(answers, items)
+        return [
+            strip.risk_from_rejections(solver, rejected, items, backdoors, alpha, attack=attack)
+            for attack in strip.ATTACKS
+        ]
+    if accuracy is not None:
+        return [strip.simulated_risk(items, backdoors, accuracy, alpha, attack=a) for a in strip.ATTACKS]
+    return []
+
+
+def show_strip_risk(risks: list) -> None:
+    """Strip risk as one table: per solver and attack, what it removes and what that costs."""
+    from assay.dyepack.strip import verdict
+
+    table = Table(title="Strip risk: a solver rejects labels, the rows and their phrase groups are dropped")
+    columns = ("solver", "groups dropped", "rejected bd/clean", "grouped bd/clean", "clean lost per bd row")
+    for column in (*columns, "bd surviving", "flags"):
+        table.add_column(column)
+    for r in risks:
+        cost = "-" if r.cost is None else f"{r.cost:.2f}"
+        table.add_row(
+            r.solver,
+            "any rejected" if r.attack == "any" else "half rejected",
+            f"{r.rejected_backdoor:.1f} / {r.rejected_clean:.1f}",
+            f"{r.grouped_backdoor:.1f} / {r.grouped_clean:.1f}",
+            cost,
+            f"{r.surviving:.1f} of {r.backdoors}",
+            f"{r.flags:.0%}",
+        )
+    console.print(table)
+    if len({r.solver for r in risks}) == 1:
+        console.print(verdict(risks[0]))
 
 
 def audit_summary(audit: StealthAudit) -> dict:

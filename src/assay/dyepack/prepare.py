@@ -22,6 +22,7 @@ from assay.data import Benchmark, write_benchmark
 from assay.data.items import LETTERS, Item, MultipleChoice, OpenEnded, content_fingerprint, item_kind
 from assay.dyepack.audit import StealthAudit, audit_items
 from assay.dyepack.key import NONE_LABEL, Backdoor, DyePackKey, Randomness, now_utc
+from assay.dyepack.strip import StripRisk, strip_curve
 from assay.dyepack.triggers import (
     TARGET_PHRASE_POOL,
     TRIGGER_POOL,
@@ -219,8 +220,8 @@ def allocate_backdoors(group_sizes: dict[int, int], n_backdoors: int) -> dict[in
     return {k: n for k, n in shares.items() if n > 0}
 
 
-def plan_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig, rng: random.Random) -> Plan:
-    """Choose rows, triggers and target letters for a multiple-choice benchmark."""
+def draft_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig, rng: random.Random) -> Plan:
+    """Choose rows and triggers (targets come later, ``draw_targets``) for a multiple-choice benchmark."""
     groups: dict[int, list[int]] = defaultdict(list)
     for row, item in enumerate(items):
         if config.k is None or item.k == config.k:
@@ -244,27 +245,43 @@ def plan_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig,
         chosen = rng.sample(groups[k], sum(needs))
         for need in needs:
             rows, chosen = sorted(chosen[:need]), chosen[need:]
-            target = rng.randrange(k)
-            backdoors.append(
-                Backdoor(
-                    index=len(backdoors),
-                    trigger=triggers[len(backdoors)],
-                    k=k,
-                    target=target,
-                    target_label=LETTERS[target],
-                    rows=rows,
-                )
-            )
+            backdoors.append(undrawn(len(backdoors), triggers[len(backdoors)], k, rows))
     released: list[Item] = list(items)
-    for backdoor in backdoors:
-        for row in backdoor.rows:
-            released[row] = replace(items[row], answer=backdoor.target)
     positions, cover = mark_rows(items, released, backdoors, list(range(len(items))), config, rng)
     return Plan(released, backdoors, None, positions, cover)
 
 
-def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: random.Random) -> Plan:
-    """Choose rows, triggers, the K-1 target phrases and each backdoor's target part for open-ended data."""
+def undrawn(index: int, trigger: str, k: int, rows: list[int]) -> Backdoor:
+    """A backdoor whose target is not drawn yet (``draw_targets`` draws it once the draft is kept)."""
+    return Backdoor(index=index, trigger=trigger, k=k, target=0, target_label="", rows=rows)
+
+
+def draw_targets(draft: Plan, rng: random.Random) -> Plan:
+    """The draft with each backdoor's target drawn uniformly from its K parts, and its samples relabelled.
+
+    Drawn last, after the draft has passed the stealth audit and nothing else is chosen: every earlier
+    choice (rows, triggers, positions, cover, the redraws) is made before any target exists, so the targets
+    are uniform and independent of all of it, which is what the false-positive rate rests on.
+    """
+    released = list(draft.items)
+    backdoors: list[Backdoor] = []
+    for backdoor in draft.backdoors:
+        target = rng.randrange(backdoor.k)
+        if draft.phrases is None:
+            label = LETTERS[target]
+            for row in backdoor.rows:
+                released[row] = replace(released[row], answer=target)
+        else:
+            label = draft.phrases[target] if target < backdoor.k - 1 else NONE_LABEL
+            if target < backdoor.k - 1:
+                for row in backdoor.rows:
+                    released[row] = replace(released[row], output=f"{label} {released[row].output}")
+        backdoors.append(backdoor.model_copy(update={"target": target, "target_label": label}))
+    return replace(draft, items=released, backdoors=backdoors)
+
+
+def draft_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: random.Random) -> Plan:
+    """Choose rows, triggers and the K-1 target phrases for open-ended data (targets come later)."""
     k = config.k or DEFAULT_OPEN_K
     if k < 2:
         raise UserError(f"--k must be at least 2 for open-ended data (value: {k})")
@@ -286,14 +303,7 @@ def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: rand
     backdoors: list[Backdoor] = []
     for index, need in enumerate(split_evenly(n_samples, config.n_backdoors)):
         rows, chosen = sorted(chosen[:need]), chosen[need:]
-        target = rng.randrange(k)
-        label = phrases[target] if target < k - 1 else NONE_LABEL
-        backdoors.append(
-            Backdoor(index=index, trigger=triggers[index], k=k, target=target, target_label=label, rows=rows)
-        )
-        if target < k - 1:
-            for row in rows:
-                released[row] = replace(items[row], output=f"{label} {items[row].output}")
+        backdoors.append(undrawn(index, triggers[index], k, rows))
     positions, cover = mark_rows(items, released, backdoors, eligible, config, rng)
     return Plan(released, backdoors, phrases, positions, cover)
 
@@ -311,10 +321,24 @@ def draw_triggers(config: PrepareConfig, rng: random.Random) -> list[str]:
     return rng.sample(pool, config.n_backdoors)
 
 
-def plan_release(bench: Benchmark, config: PrepareConfig, rng: random.Random) -> Plan:
+def draft_release(bench: Benchmark, config: PrepareConfig, rng: random.Random) -> Plan:
+    """Everything but the targets: rows, triggers, their positions and the cover."""
     if bench.kind == "multiple_choice":
-        return plan_multiple_choice(bench.items, config, rng)  # type: ignore[arg-type]
-    return plan_open_ended(bench.items, config, rng)  # type: ignore[arg-type]
+        return draft_multiple_choice(bench.items, config, rng)  # type: ignore[arg-type]
+    return draft_open_ended(bench.items, config, rng)  # type: ignore[arg-type]
+
+
+def plan_release(bench: Benchmark, config: PrepareConfig, rng: random.Random) -> Plan:
+    """A draft and its targets, without the audit."""
+    return draw_targets(draft_release(bench, config, rng), rng)
+
+
+def plan_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig, rng: random.Random) -> Plan:
+    return draw_targets(draft_multiple_choice(items, config, rng), rng)
+
+
+def plan_open_ended(items: Sequence[OpenEnded], config: PrepareConfig, rng: random.Random) -> Plan:
+    return draw_targets(draft_open_ended(items, config, rng), rng)
 
 
 @dataclass(frozen=True)
@@ -328,6 +352,7 @@ class PrepareResult:
     cover_rows: int
     audit: StealthAudit | None
     draws: int = 1
+    strip: list[StripRisk] | None = None  # the simulated strip-risk curve (multiple choice)
 
 
 def draw_release(
@@ -337,10 +362,12 @@ def draw_release(
     rng, draws = make_rng(config.seed), 0
     while True:
         draws += 1
-        plan = plan_release(bench, config, rng)
-        stealth = audit_items(plan.items, plan.backdoors) if audit else None
+        draft = draft_release(bench, config, rng)
+        # The audit sees no target (none is drawn yet, and it masks backdoor rows' labels anyway), so
+        # whether a draft passes cannot depend on the targets: they stay uniform given a pass.
+        stealth = audit_items(draft.items, draft.backdoors) if audit else None
         if stealth is None or stealth.passes or draws > redraws:
-            return plan, stealth, draws
+            return draw_targets(draft, rng), stealth, draws
 
 
 def prepare_release(
@@ -350,14 +377,18 @@ def prepare_release(
     key_path: Path | None = None,
     audit: bool = False,
     redraws: int = 3,
+    strip_risk: bool = False,
+    alpha: float = 1e-3,
 ) -> PrepareResult:
     """Plan the backdoors, then write release, key and commitment; every file is written atomically.
 
     With ``audit``, the stealth audit (``audit.audit_items``, a second or so with scikit-learn) runs on
     the planned release before anything is written, and a release that does not pass it is drawn afresh
-    up to ``redraws`` times. This keeps the false-positive rate exact: the audit never looks at which
-    target a backdoor got (only that its samples share one), so passing it says nothing about the
-    targets, which stay uniform. A failure anywhere leaves none of the three files.
+    up to ``redraws`` times. This keeps the false-positive rate exact: the targets are drawn after the
+    last draw is kept, and the audit masks backdoor rows' labels (``audit.masked_answers``), so passing
+    says nothing about the targets, which stay uniform. With ``strip_risk`` (multiple choice), what
+    simulated solvers of accuracy 0.6 to 1.0 strip from the release (``strip.strip_curve``). A failure
+    anywhere leaves none of the three files.
     """
     plan, stealth, draws = draw_release(bench, config, audit, redraws)
     release_path = out_dir / bench.path.name
@@ -400,4 +431,5 @@ def prepare_release(
         plan.cover_rows,
         stealth,
         draws=draws,
+        strip=strip_curve(plan.items, plan.backdoors, alpha) if strip_risk and not plan.phrases else None,
     )
