@@ -44,6 +44,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "assay.web.cli:app",
         "Web accounts: add, list, disable or enable users, set passwords, issue API tokens.",
     ),
+    "admin": (
+        "assay.admin_cli:app",
+        "Operate an instance: back up and restore the database with its files, migrate, check readiness.",
+    ),
 }
 
 
