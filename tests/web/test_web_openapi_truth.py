@@ -26,7 +26,7 @@ def test_every_operation_that_needs_a_sign_in_documents_and_answers_401(tmp_path
             if method == "get" and "{" not in path:
                 answer = client.get(path)
                 assert answer.status_code == 401 and answer.json() == {"detail": "not authenticated"}, path
-    assert open_ops == ["/api/v1/health"]
+    assert open_ops == ["/api/v1/health", "/api/v1/ready"]  # liveness and readiness: for probes
 
 
 def test_times_in_api_answers_carry_their_offset(tmp_path: Path) -> None:
