@@ -57,10 +57,44 @@ def upgrade(engine: Engine) -> None:
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with _file_lock(engine), engine.begin() as connection:
+    with (
+        _file_lock(engine),
+        engine.connect() as connection,
+        _foreign_keys_deferred(connection),
+        connection.begin(),
+    ):
         _advisory_lock(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, "heads")  # pillars may branch from one revision
+        _check_foreign_keys(connection)
+
+
+@contextmanager
+def _foreign_keys_deferred(connection: Connection) -> Iterator[None]:
+    """On SQLite, migrate with foreign keys off, as SQLite's own procedure for schema changes says: a batch
+    migration rebuilds a table (copy, drop, rename), and with them on, dropping a parent that has rows
+    fails ("FOREIGN KEY constraint failed"), so a database with data at 0006 could not reach 0007. The
+    pragma only takes effect outside a transaction, hence before ``begin`` and after the commit."""
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+    connection.commit()
+    try:
+        yield
+    finally:
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+        connection.commit()
+
+
+def _check_foreign_keys(connection: Connection) -> None:
+    """On SQLite, refuse (and roll back) a migration that left a row pointing at nothing."""
+    if connection.dialect.name == "sqlite":
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise RuntimeError(
+                f"the migration left {len(broken)} broken foreign keys, e.g. {tuple(broken[0])}"
+            )
 
 
 def _advisory_lock(connection: Connection) -> None:
