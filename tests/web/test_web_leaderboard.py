@@ -9,6 +9,7 @@ browser test (``test_web_leaderboard_browser.py``) runs a real detector through 
 from __future__ import annotations
 
 import asyncio
+import html
 import io
 import re
 import tarfile
@@ -269,8 +270,8 @@ def test_validation_errors_are_shown_on_the_form(app: FastAPI, tmp_path: Path) -
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
-        ("evil.tar.gz", "tar", "unsafe archive member"),
-        ("evil.zip", "zip", "would be written outside the folder"),
+        ("evil.tar.gz", "tar", "member '../../escape.py' would be written outside the folder"),
+        ("evil.zip", "zip", "member '../escape.py' would be written outside the folder"),
         ("detector.sif", "bytes", "as a .tar.gz, .tgz, .tar or .zip archive"),
         ("corrupt.tar.gz", "bytes", "not a folder, .tar(.gz) or .zip"),
         ("corrupt.zip", "badzip", "cannot unpack this archive"),
@@ -294,10 +295,51 @@ def test_unsafe_or_unreadable_archives_are_refused(
     else:
         archive.write_bytes(b"\x1f\x8b not really gzip " * 20)
     response = upload(signed_in(app, "tom"), archive)
-    assert response.status_code == 400 and message in response.text
+    assert response.status_code == 400 and message in html.unescape(response.text)
     assert name in response.text and str(assay_home) not in response.text  # names the upload, not our disk
     assert not list(tmp_path.rglob("escape.py")) and not list(assay_home.rglob("escape.py"))
     assert count_submissions(app) == 0
+
+
+def _member(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, len(data)
+    return info
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ([("/escape.py", b"print('out')")], "member '/escape.py' is an absolute path"),
+        (  # link then write: a link, then a file of the same name written through it
+            [("detector/escape.py", b"", tarfile.SYMTYPE, "entrypoint.py"), ("detector/escape.py", b"x")],
+            "member 'detector/escape.py' is a link to 'entrypoint.py'; submit regular files only",
+        ),
+        (  # a folder, then a file of the same name: tarfile raised IsADirectoryError
+            [("detector/escape.py", b"", tarfile.DIRTYPE), ("detector/escape.py", b"x")],
+            "member 'detector/escape.py' appears twice in the archive",
+        ),
+        ([("detector/entrypoint.py", b"again")], "member 'detector/entrypoint.py' appears twice"),
+        (
+            [("detector/escape.py", b"x"), ("detector/escape.py/inner.py", b"y")],
+            "member 'detector/escape.py/inner.py' lies under 'detector/escape.py', which is a file",
+        ),
+        ([("detector/fifo", b"", tarfile.FIFOTYPE)], "member 'detector/fifo' is a device, pipe or socket"),
+    ],
+    ids=["absolute", "link-then-write", "dir-then-file", "twice", "under-a-file", "fifo"],
+)
+def test_unsafe_tar_members_are_refused_by_name_and_reason(
+    app: FastAPI, tmp_path: Path, assay_home: Path, members: list[tuple], message: str
+) -> None:
+    archive = tmp_path / "evil.tar"
+    with tarfile.open(archive, "w") as packed:
+        packed.add(CONSTANT, arcname="detector", filter=lambda m: None if "__pycache__" in m.name else m)
+        for name, data, *rest in members:
+            packed.addfile(_member(name, data, *rest), io.BytesIO(data))
+    response = upload(signed_in(app, "tom"), archive)
+    assert response.status_code == 400 and f"evil.tar: {message}" in html.unescape(response.text)
+    assert "Error" not in response.text  # no internal exception's name
+    assert not list(assay_home.rglob("escape.py*")) and count_submissions(app) == 0
 
 
 def test_too_large_uploads_are_refused_with_a_clear_message(
