@@ -117,7 +117,12 @@ def full_text(item: Item) -> str:
 
 def sentences(text: str) -> set[str]:
     """The row's sentences and lines, whitespace normalised; fragments of fewer than three words dropped."""
-    parts = (" ".join(part.split()) for part in _SENTENCE_SPLIT.split(text))
+    return sentences_of(_SENTENCE_SPLIT.split(text))
+
+
+def sentences_of(pieces: list[str]) -> set[str]:
+    """``sentences`` of a text already split (the rules count the pieces too: one split serves both)."""
+    parts = (" ".join(part.split()) for part in pieces)
     return {part for part in parts if len(part.split()) >= 3}
 
 
@@ -150,7 +155,8 @@ def rule_scores(
     mains = [main_text(item) for item in items]
     fulls = [full_text(item) for item in items]
     lower_words = {word for text in fulls for word in _WORD.findall(text) if word.islower()} | _common_words()
-    row_sentences = [sentences(text) for text in fulls]
+    pieces = [_SENTENCE_SPLIT.split(text.strip()) for text in fulls]
+    row_sentences = [sentences_of(split) for split in pieces]
     counts = Counter(s for found in row_sentences for s in found)
     openings = Counter(_first_word(text) for text in mains)
     endings = Counter(_ending(text) for text in mains)
@@ -171,7 +177,7 @@ def rule_scores(
         "length": ("characters in the question and options", [float(len(text)) for text in fulls]),
         "sentences": (
             "number of sentences",
-            [float(len(_SENTENCE_SPLIT.split(text.strip()))) for text in fulls],
+            [float(len(split)) for split in pieces],
         ),
         "rare repeated sentence": (
             "a sentence shared with only a few other rows",
@@ -258,8 +264,9 @@ def classifier_scores(
     """Out-of-fold classifier scores with each backdoor (and each recurring phrase) held out as a group.
 
     Returns the rows scored (all backdoor rows and up to ``MAX_ROWS`` in all), one score array per
-    shuffle of the folds (none with fewer than two backdoors), and the mean AUC of the same classifier
-    cross-validated row by row, where it has seen other samples of each trigger.
+    shuffle of the folds (none with fewer than two backdoors), and the AUC of the same classifier
+    cross-validated row by row (one shuffle: reported, not judged), where it has seen other samples of
+    each trigger.
     """
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.metrics import roc_auc_score
@@ -283,7 +290,7 @@ def classifier_scores(
         if n_backdoors >= 2:
             folds = StratifiedGroupKFold(n_splits=min(5, n_backdoors), shuffle=True, random_state=state)
             held_out.append(_out_of_fold(matrix, y, folds.split(matrix, y, g)))
-        if n_positive >= 2:
+        if n_positive >= 2 and state == seed:  # reported, not judged: one shuffle is enough
             plain = StratifiedKFold(n_splits=min(5, n_positive), shuffle=True, random_state=state)
             known.append(float(roc_auc_score(y, _out_of_fold(matrix, y, plain.split(matrix, y)))))
     return chosen, held_out, float(np.mean(known)) if known else None

@@ -101,10 +101,12 @@ def strip_counts(
     removed = rejected.copy()
     in_group = groups >= 0
     if in_group.any():
+        from scipy.sparse import csr_matrix
+
         rows = np.flatnonzero(in_group)
         ids = np.unique(groups[rows], return_inverse=True)[1]
-        hits = np.zeros((rejected.shape[0], ids.max() + 1))
-        np.add.at(hits.T, ids, rejected[:, rows].T)
+        member = csr_matrix((np.ones(len(rows)), (np.arange(len(rows)), ids)))  # rows x groups
+        hits = np.asarray((member.T @ rejected[:, rows].T.astype(np.float32)).T)  # solvers x groups
         sizes = np.bincount(ids)
         dropped = hits > 0 if attack == "any" else 2 * hits >= sizes
         removed[:, rows] |= dropped[:, ids]
