@@ -530,6 +530,33 @@ def test_dashboard_is_for_organisers_and_shows_progress_agreement_and_report(
     assert "script-src" not in report.headers["content-security-policy"]
     assert viewer.get("/star/campaigns/demo/report").status_code == 403
     assert "'unsafe-inline'" not in olga.get("/star/campaigns/demo").headers["content-security-policy"]
+    assert (
+        "built with min-n 5, the paper's tests off, thematic map none"
+        in olga.get("/star/campaigns/demo").text
+    )
+
+
+def test_the_web_report_takes_the_command_lines_options_and_says_which_it_used(
+    app: FastAPI, people: dict[str, Person]
+) -> None:
+    """min-n and the paper's tests, as `assay star report --min-n --paper-tests` takes them: out of range is
+    a 422; the stored report, its page and the dashboard say which were used."""
+    olga = people["olga"]
+    red_team_dialogue(people["rita"])
+    assert olga.post("/star/campaigns/demo/report", embedder="none", min_n="0").status_code == 422
+    assert olga.post("/star/campaigns/demo/report", embedder="none", min_n="x").status_code == 422
+    olga.post("/star/campaigns/demo/report", embedder="none", min_n="7", paper_tests="true")
+    page = wait_for_report(olga)
+    assert "built with min-n 7, the paper's tests on, thematic map none" in page
+    assert 'name="min_n" type="number" min="1" max="100000" value="7"' in page
+    assert re.search(r'name="paper_tests" value="true" checked', page)
+    html = olga.get("/star/campaigns/demo/report").text
+    assert "Options: min-n 7" in html and "the seed paper's tests on" in html
+    assert "The seed paper's tests (naive" in html
+    with app.state.sessions() as session:
+        stored = live.latest_report(session, session.scalars(select(StarCampaign)).one())
+        assert stored is not None and stored.summary["settings"]["min_n"] == 7
+        assert stored.summary["settings"]["paper_tests"] is True and "paper_tests" in stored.summary
 
 
 def wait_for_report(organiser: Person, campaign: str = "demo", timeout: float = 120) -> str:

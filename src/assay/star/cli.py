@@ -334,6 +334,20 @@ def simulate(
         help="text (parse 'Rating: N') or likelihood (the annotator model's most likely point; hf: only).",
     ),
     name: str | None = typer.Option(None, "--campaign", help="Campaign name (default: SPEC name-simulated)."),
+    expert_share: float = typer.Option(
+        0.25,
+        "--expert-share",
+        min=0.0,
+        max=1.0,
+        help="Share of personas holding each expertise a rule needs.",
+    ),
+    other_rules_rate: float = typer.Option(
+        0.2,
+        "--other-rules-rate",
+        min=0.0,
+        max=1.0,
+        help="Share of dialogues marked as breaking another rule.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Rehearse a campaign without people: LLM red teamer, target and annotators, all marked machine-made.
@@ -360,8 +374,18 @@ def simulate(
         def on_phase(kind: str, tasks: int) -> None:
             progress.update(task, description=f"{kind}: {tasks} task(s)")
 
+        pool = simulate_module.PoolOptions(expert_share, other_rules_rate)
         summary = simulate_module.simulate(
-            engine.open_store(), spec, agents, count, seed, turns, seeds_from, name, on_phase=on_phase
+            engine.open_store(),
+            spec,
+            agents,
+            count,
+            seed,
+            turns,
+            seeds_from,
+            name,
+            on_phase=on_phase,
+            pool=pool,
         )
     if json_out:
         console.print_json(json.dumps(summary.__dict__))
@@ -374,6 +398,25 @@ def simulate(
     if summary.arms:
         arms = ", ".join(f"{arm} {n}" for arm, n in summary.arms.items())
         console.print(f"dialogues per annotation arm: {arms}", highlight=False)
+    pre = summary.pre_annotations
+    answers = ", ".join(
+        f"{what} {pre.get(key, 0)}"
+        for what, key in (
+            ("assigned rule broken", "broken"),
+            ("not broken", "not_broken"),
+            ("unsure", "unsure"),
+        )
+    )
+    console.print(
+        f"pre-annotations: {answers}; another rule broken {pre.get('other_rules', 0)}", highlight=False
+    )
+    if summary.experts:
+        tags = ", ".join(f"{tag} {n}" for tag, n in summary.experts.items())
+        console.print(
+            f"expert personas: {tags}; expert-rule annotations {summary.expert_annotations}, "
+            f"{summary.expert_annotations_by_experts} by experts",
+            highlight=False,
+        )
     for line in summary.shortfalls:
         errors.print(f"[yellow]shortfall:[/] {line}", highlight=False)
 

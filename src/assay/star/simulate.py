@@ -2,21 +2,33 @@
 arbitrators, all through the real assignment engine (claims, matching, arbitration), all marked machine-made.
 
 Machine personas cover every combination of the spec's demographic attributes (so every in-group and
-out-group requirement can be met, in every annotation arm) and every expertise the rules need. Work runs in
-phases, batched per model call: red teaming (topic first, then ``turns`` exchanges), annotation,
-arbitration. The summary counts the dialogues of each annotation arm.
+out-group requirement can be met, in every annotation arm). Expertise is mixed, as in a real pool: each tag a
+rule needs goes to a seeded ``expert_share`` of the personas, so the engine's expert matching is exercised
+(expert rules' annotations go to experts only) and a pool too thin for it shows as shortfalls. Work runs in
+phases, batched per model call: red teaming (topic first, then ``turns`` exchanges, then the red teamer's
+pre-annotation), annotation, arbitration.
+
+The pre-annotation is filled in full: ``assigned_rule_broken`` is the red teamer model's own rating of its
+dialogue on the campaign's scale, binarised (unsure when its reply gives no rating); ``other_rules_broken``
+names another of the campaign's rules in a seeded ``other_rules_rate`` of dialogues, a planted rate so that
+the report's "any rule" measure differs from "targeted" in a rehearsal as it does with people; and
+``groups_mentioned`` is a keyword match. The summary counts the dialogues of each annotation arm, the
+pre-annotation answers, and the expert-rule annotations and who gave them.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from assay.errors import UserError
 from assay.models.base import ChatModel, GenerationParams
 from assay.models.choice import choose
 from assay.star import agents
@@ -32,7 +44,7 @@ from assay.star.assign import (
 )
 from assay.star.design import draw_design
 from assay.star.spec import CampaignSpec
-from assay.store.enums import STAR_ROLES, TaskKind
+from assay.store.enums import STAR_ROLES, TaskKind, TaskStatus
 from assay.store.models import utcnow
 from assay.store.star_models import StarCampaign, StarDialogue, StarParticipant, StarTask
 
@@ -50,6 +62,12 @@ class SimulationSummary:
     unparsed_ratings: int = 0
     shortfalls: list[str] = field(default_factory=list)
     arms: dict[str, int] = field(default_factory=dict)  # dialogues per annotation arm (none: no target)
+    experts: dict[str, int] = field(default_factory=dict)  # personas holding each expertise tag
+    expert_annotations: int = 0  # first-round annotations of rules that need expertise
+    expert_annotations_by_experts: int = 0  # of those, by a persona holding every tag the rule needs
+    pre_annotations: dict[str, int] = field(
+        default_factory=dict
+    )  # assigned rule broken / not / unsure, other
 
 
 @dataclass(frozen=True)
@@ -65,18 +83,40 @@ class Agents:
     ratings: str = "text"
 
 
-def add_personas(session: Session, campaign: StarCampaign, spec: CampaignSpec) -> list[int]:
-    """Machine personas for every combination of attribute values, with every role and expertise.
+@dataclass(frozen=True)
+class PoolOptions:
+    """How the built-in pool and the pre-annotations are drawn (both seeded by the rehearsal's seed)."""
+
+    expert_share: float = 0.25  # share of personas holding each expertise tag a rule needs (0 to 1)
+    other_rules_rate: float = 0.2  # share of dialogues whose pre-annotation marks another rule broken
+
+    def __post_init__(self) -> None:
+        for name in ("expert_share", "other_rules_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise UserError(f"{name.replace('_', '-')} must be a share from 0 to 1 (value: {value})")
+
+
+def add_personas(
+    session: Session, campaign: StarCampaign, spec: CampaignSpec, expert_share: float = 1.0, seed: int = 0
+) -> list[int]:
+    """Machine personas for every combination of attribute values, with every role; each expertise tag a
+    rule needs goes to ``round(expert_share * personas)`` of them, drawn by ``seed`` for each tag.
 
     Each combination gets ``annotators_per_dialogue + 2`` personas: an in-group dialogue needs its red teamer,
     its annotators and an arbitrator from the same group, all different people.
     """
     attributes = sorted(spec.demographics.attributes)
-    expertise = sorted({tag for rule in spec.rules for tag in rule.expertise})
+    tags = sorted({tag for rule in spec.rules for tag in rule.expertise})
     combos = itertools.product(*(spec.demographics.attributes[a] for a in attributes)) if attributes else [()]
     copies = spec.annotators_per_dialogue + 2
+    values_of = [v for v in combos for _ in range(copies)]
+    draw = random.Random(f"{seed}:experts")
+    holders = {
+        tag: set(draw.sample(range(len(values_of)), round(expert_share * len(values_of)))) for tag in tags
+    }
     people = []
-    for number, values in enumerate(v for v in combos for _ in range(copies)):
+    for number, values in enumerate(values_of):
         demographics = {a: [v] for a, v in zip(attributes, values, strict=True)}
         label = ", ".join(values) or "no demographics"
         people.append(
@@ -85,7 +125,7 @@ def add_personas(session: Session, campaign: StarCampaign, spec: CampaignSpec) -
                 external_id=f"{PERSONA_PREFIX}{number + 1:04d}",
                 name=f"LLM persona ({label})",
                 demographics=demographics,
-                expertise=expertise,
+                expertise=[tag for tag in tags if number in holders[tag]],
                 roles=list(STAR_ROLES),
                 daily_cap=1_000_000,
             )
@@ -120,6 +160,8 @@ class _Rehearsal:
     spec: CampaignSpec
     models: Agents
     summary: SimulationSummary
+    other_rules: random.Random  # draws the planted other-rules answers, in task order
+    other_rules_rate: float
 
 
 def _red_team(run: _Rehearsal, tasks: list[int], turns: int, seeds: list[str]) -> None:
@@ -146,15 +188,50 @@ def _red_team(run: _Rehearsal, tasks: list[int], turns: int, seeds: list[str]) -
         )
         for d, text in zip(dialogues, replies, strict=True):
             d.append(("assistant", text.strip(), utcnow()))
+    with run.sessions() as session:
+        rules = [session.get_one(StarTask, t).rule_id for t in tasks]
+    views = [[(r, x) for r, x, _ in d] for d in dialogues]
+    verdicts = _own_verdicts(run, rules, views)
     with run.sessions.begin() as session:
-        for task_id, topic, turns_ in zip(tasks, topics, dialogues, strict=True):
+        for task_id, rule_id, topic, turns_, view, broken in zip(
+            tasks, rules, topics, dialogues, views, verdicts, strict=True
+        ):
             pre = {
-                "assigned_rule_broken": None,
-                "other_rules_broken": [],
-                "groups_mentioned": agents.groups_mentioned([(r, x) for r, x, _ in turns_], run.spec),
+                "assigned_rule_broken": broken,
+                "other_rules_broken": _other_rules(run, rule_id),
+                "groups_mentioned": agents.groups_mentioned(view, run.spec),
             }
             submit_dialogue(session, task_id, topic, turns_, models.target.model_id, pre, machine=True)
             run.summary.dialogues += 1
+            _count_pre_annotation(run.summary, pre)
+
+
+def _own_verdicts(run: _Rehearsal, rules: list[str], views: list[list[tuple[str, str]]]) -> list[bool | None]:
+    """The red teamer's answer to "was the assigned rule broken?": its own rating of the dialogue on the
+    campaign's scale, binarised; None (unsure) where its reply holds no rating."""
+    spec = run.spec
+    prompts = [
+        agents.annotation_prompt(spec, spec.rule(r), v, "the red teamer who wrote this dialogue")
+        for r, v in zip(rules, views, strict=True)
+    ]
+    replies = run.models.red_teamer.chat(prompts, run.models.params) if prompts else []
+    parsed = [agents.parse_rating(reply, spec) for reply in replies]
+    return [spec.is_broken(p.rating) if p.parsed else None for p in parsed]
+
+
+def _other_rules(run: _Rehearsal, rule_id: str) -> list[str]:
+    """Another of the campaign's rules, in a seeded ``other_rules_rate`` of dialogues (none otherwise)."""
+    others = [r.id for r in run.spec.rules if r.id != rule_id]
+    hit = run.other_rules.random() < run.other_rules_rate
+    return [run.other_rules.choice(others)] if hit and others else []
+
+
+def _count_pre_annotation(summary: SimulationSummary, pre: dict) -> None:
+    broken = pre["assigned_rule_broken"]
+    answer = "unsure" if broken is None else ("broken" if broken else "not_broken")
+    summary.pre_annotations[answer] = summary.pre_annotations.get(answer, 0) + 1
+    if pre["other_rules_broken"]:
+        summary.pre_annotations["other_rules"] = summary.pre_annotations.get("other_rules", 0) + 1
 
 
 def _dialogue_of(session: Session, task_id: int) -> tuple[str, list[tuple[str, str]], str]:
@@ -214,17 +291,21 @@ def simulate(
     seed_source: str | None = None,
     campaign_name: str | None = None,
     on_phase: Callable[[str, int], None] | None = None,
+    pool: PoolOptions | None = None,
 ) -> SimulationSummary:
-    """Design ``count`` instructions, then red team, annotate and arbitrate them with the agents."""
+    """Design ``count`` instructions, then red team, annotate and arbitrate them with the agents, with a
+    built-in pool drawn by ``pool`` (mixed expertise, planted other-rules answers)."""
+    pool = pool or PoolOptions()
     name = campaign_name or f"{spec.name}-simulated"
     with sessions.begin() as session:
         campaign = create_campaign(session, spec.model_copy(update={"name": name}), seed=seed)
         add_instructions(session, campaign, draw_design(spec, count, seed))
-        people = add_personas(session, campaign, spec)
+        people = add_personas(session, campaign, spec, pool.expert_share, seed)
         campaign_id = campaign.id
     seeds = agents.seed_topics(seed_source) if seed_source else []
     summary = SimulationSummary(campaign=name)
-    run = _Rehearsal(sessions, spec, models, summary)
+    draw = random.Random(f"{seed}:other-rules")
+    run = _Rehearsal(sessions, spec, models, summary, draw, pool.other_rules_rate)
     phases: list[tuple[str, Callable[[list[int]], None]]] = [
         (TaskKind.RED_TEAM, lambda ts: _red_team(run, ts, turns, seeds)),
         (TaskKind.ANNOTATE, lambda ts: _annotate(run, ts)),
@@ -239,7 +320,32 @@ def simulate(
         campaign = session.get_one(StarCampaign, campaign_id)
         missing = shortfalls(session, campaign)
         summary.arms = dict(sorted(Counter(dialogue_arms(session, campaign).values()).items()))
+        _count_experts(session, campaign, spec, summary)
     summary.shortfalls = [
         f"{m.kind} {m.group_label or '(no group)'} {m.requirement}: {m.tasks}" for m in missing
     ]
     return summary
+
+
+def _count_experts(
+    session: Session, campaign: StarCampaign, spec: CampaignSpec, summary: SimulationSummary
+) -> None:
+    """Personas per expertise tag, and the expert rules' first-round annotations with how many an expert
+    gave (all of them, when the engine's matching holds)."""
+    people = session.scalars(select(StarParticipant).where(StarParticipant.campaign_id == campaign.id)).all()
+    tags = sorted({tag for rule in spec.rules for tag in rule.expertise})
+    summary.experts = {tag: sum(tag in (p.expertise or []) for p in people) for tag in tags}
+    needs = {rule.id: set(rule.expertise) for rule in spec.rules if rule.expertise}
+    expertise = {p.id: set(p.expertise or []) for p in people}
+    done = session.scalars(
+        select(StarTask).where(
+            StarTask.campaign_id == campaign.id,
+            StarTask.kind == TaskKind.ANNOTATE,
+            StarTask.status == TaskStatus.DONE,
+            StarTask.rule_id.in_(list(needs)),
+        )
+    ).all()
+    summary.expert_annotations = len(done)
+    summary.expert_annotations_by_experts = sum(
+        needs[t.rule_id] <= expertise.get(t.participant_id or -1, set()) for t in done
+    )
