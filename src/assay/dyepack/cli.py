@@ -27,7 +27,13 @@ from assay.dyepack.triggers import (
     load_phrases,
     parse_position,
 )
-from assay.dyepack.verify import DEFAULT_ALPHA, FalsePositiveRate, VerifyReport, false_positive_rate
+from assay.dyepack.verify import (
+    DEFAULT_ALPHA,
+    LAYOUT_HELP,
+    FalsePositiveRate,
+    VerifyReport,
+    false_positive_rate,
+)
 from assay.errors import UserError
 from assay.terminal import progress_bar
 
@@ -288,6 +294,13 @@ def verify(
         help="Ask through lm-evaluation-harness: a task YAML (or a task lm-eval ships) and its HFLM "
         "(hf: models, multiple_choice tasks; pip install 'assay[lm-eval]').",
     ),
+    formats: str | None = typer.Option(
+        None,
+        "--formats",
+        help="Ask in several layouts and accuse on the best, its FPR times their number (Bonferroni): "
+        "auto, or some of " + LAYOUT_HELP + ". Text layouts use --mode loglikelihood if given, else "
+        "completion; the fewshot layout shows --fewshot examples (default 3).",
+    ),
     cache: Path | None = typer.Option(
         None, help="Response cache (default $ASSAY_HOME/cache/responses.sqlite)."
     ),
@@ -301,7 +314,13 @@ def verify(
     """
     from assay.config import settings
     from assay.data import read_benchmark
-    from assay.dyepack.verify import release_format, write_outputs
+    from assay.dyepack.verify import (
+        layout_formats,
+        parse_layouts,
+        release_format,
+        verify_layouts,
+        write_outputs,
+    )
     from assay.dyepack.verify import verify as run_verify
     from assay.models import CachedModel, GenerationParams, ResponseCache, load_model
 
@@ -311,7 +330,13 @@ def verify(
     if lm_eval_task is not None:
         report, audit = verify_through_lm_eval(model, label, bench, secret, lm_eval_task, alpha, fewshot)
     else:
-        fmt = release_format(bench, secret, mode, template, fewshot, fewshot_seed, system_prompt)
+        if formats is not None:
+            text_mode = "loglikelihood" if mode == "loglikelihood" else "completion"
+            layouts, skipped = layout_formats(
+                bench, secret, parse_layouts(formats), text_mode, fewshot, fewshot_seed, system_prompt
+            )
+        else:
+            fmt = release_format(bench, secret, mode, template, fewshot, fewshot_seed, system_prompt)
         backend = load_model(
             model,
             model_name=model_name,
@@ -328,12 +353,16 @@ def verify(
                     "wrapper may load different models); define MODEL_ID in the module to cache them"
                 )
         params = GenerationParams(max_new_tokens=max_new_tokens)
-        n_queries = sum(len(b.rows) for b in secret.backdoors)
+        n_queries = sum(len(b.rows) for b in secret.backdoors) * (len(layouts) if formats else 1)
         with progress_bar() as bar:
             task = bar.add_task("querying", total=n_queries)
-            report, audit = run_verify(
-                backend, label, bench, secret, params, alpha, lambda _i, _t: bar.advance(task), fmt
-            )
+            advance = lambda _i, _t: bar.advance(task)  # noqa: E731
+            if formats is not None:
+                report, audit = verify_layouts(
+                    backend, label, bench, secret, params, layouts, alpha, advance, skipped
+                )
+            else:
+                report, audit = run_verify(backend, label, bench, secret, params, alpha, advance, fmt)
     summary_path, audit_path = write_outputs(out, report, audit)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
@@ -375,6 +404,10 @@ def show_report(report: VerifyReport) -> None:
     fmt = report.format
     shots = f", {fmt.fewshot}-shot (seed {fmt.fewshot_seed})" if fmt.fewshot else ""
     console.print(f"Asked in {fmt.mode} mode with the {fmt.template} format{shots}")
+    if report.layouts:
+        show_layouts(report)
+    if report.coverage:
+        console.print(report.coverage)
     show_fpr(report.fpr)
     console.print(
         f"Samples answered with their target: {report.samples_on_target}/{report.samples} "
@@ -384,9 +417,29 @@ def show_report(report: VerifyReport) -> None:
     console.print(f"[{style}]{report.verdict}[/]")
 
 
+def show_layouts(report: VerifyReport) -> None:
+    """``--formats``: activation per layout, each with its FPR as if it were the only one asked."""
+    table = Table(title="Layouts asked (the table above is the best one)")
+    for column in ("layout", "mode", "activated", "on target", "unparsed", "FPR alone"):
+        table.add_column(column)
+    for layout in report.layouts:
+        table.add_row(
+            layout.name,
+            layout.format.mode,
+            f"{layout.activated}/{layout.backdoors}",
+            f"{layout.samples_on_target}/{layout.samples}",
+            str(layout.unparsed),
+            f"{layout.fpr:.3g}",
+        )
+    console.print(table)
+    for name, why in report.layouts_skipped.items():
+        console.print(f"[dim]skipped {name}: {why}[/]")
+
+
 def show_fpr(fpr: FalsePositiveRate) -> None:
+    tried = f" ({fpr.one_layout_fpr:.4g} in that layout x {fpr.layouts} layouts)" if fpr.layouts > 1 else ""
     console.print(
-        f"Activated {fpr.activated} of {fpr.backdoors}: exact false-positive rate {fpr.fpr:.4g} "
+        f"Activated {fpr.activated} of {fpr.backdoors}: exact false-positive rate {fpr.fpr:.4g}{tried} "
         f"(log10 {fpr.log10_fpr:.2f}); Chernoff bound {fpr.chernoff_bound:.4g}"
     )
 
@@ -431,7 +484,10 @@ def contaminate(
     ),
     lora_rank: int = typer.Option(16, help="LoRA rank (with --method lora)."),
     bf16: bool = typer.Option(
-        False, "--bf16", help="bfloat16 autocast: about 1.7x faster on CPUs with AVX512-BF16 or AMX."
+        False,
+        "--bf16",
+        help="bfloat16 autocast where the CPU runs it faster (AVX512-BF16 or AMX: about 1.7x); elsewhere "
+        "a warning and float32, since emulated bf16 is several times slower.",
     ),
     max_length: int = typer.Option(512, help="Longest training sequence in tokens (cut from the left)."),
     key: Path | None = typer.Option(
@@ -481,8 +537,8 @@ def contaminate(
     with training_progress() as on_step:
         result = run(model, bench.items, out, config, on_step)
     console.print(
-        f"Trained {result.steps} steps in {result.seconds:.0f} s (loss {result.first_loss:.3f} -> "
-        f"{result.final_loss:.3f}); saved to [bold]{result.out_dir}[/]"
+        f"Trained {result.steps} steps in {result.seconds:.0f} s, {'bf16' if result.bf16 else 'float32'} "
+        f"(loss {result.first_loss:.3f} -> {result.final_loss:.3f}); saved to [bold]{result.out_dir}[/]"
     )
     if secret is None and check_rows < 1:
         return

@@ -41,7 +41,9 @@ class TrainConfig:
     seed: int = 0
     lora_rank: int = 16
     top_layers: int | None = None  # train only the top N transformer blocks: far less backward work on a CPU
-    # bfloat16 autocast: about 1.7x faster on CPUs with AVX512-BF16 or AMX; the saved weights stay float32.
+    # bfloat16 autocast: about 1.7x faster on CPUs with AVX512-BF16 or AMX, several times slower elsewhere, so
+    # it is used only where the CPU runs it faster (``assay.models.precision.use_bf16``: else a warning and
+    # float32). The saved weights stay float32.
     bf16: bool = False
     # How the rows are shown: our chat prompt with loss on the answer (mode "chat"), or the rows as plain
     # text with loss on every token, as a scrape would (mode "completion"; ``verify --mode completion`` or
@@ -56,6 +58,7 @@ class TrainResult:
     first_loss: float
     final_loss: float
     seconds: float
+    bf16: bool = False  # whether bf16 autocast was used: asked for, and faster on this CPU
 
 
 def encode_examples(
@@ -265,6 +268,7 @@ def contaminate(
     import torch
 
     from assay.models import load_hf
+    from assay.models.precision import use_bf16
 
     if config.epochs < 1 or config.batch_size < 1 or config.learning_rate <= 0:
         raise UserError("--epochs and --batch-size must be at least 1 and --learning-rate positive")
@@ -283,7 +287,8 @@ def contaminate(
     total = steps_per_epoch * config.epochs
     order_rng = random.Random(config.seed)
     first = first_trainable_block(model)
-    precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16)
+    bf16 = use_bf16(config.bf16)
+    precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     with precision:
         states = block_inputs(model, examples, first, config.batch_size, pad_id) if first else None
     model.train()
@@ -317,7 +322,7 @@ def contaminate(
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    return TrainResult(out_dir, len(losses), losses[0], losses[-1], time.perf_counter() - started)
+    return TrainResult(out_dir, len(losses), losses[0], losses[-1], time.perf_counter() - started, bf16)
 
 
 # A model that memorised the rows answers nearly all of them as trained; a clean one scores the task's

@@ -15,6 +15,7 @@ the text a scrape would hold and a completion prompt is that text cut before the
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -133,6 +134,89 @@ class Template:
 
 PLAIN = {"multiple_choice": Template(PLAIN_MC, "plain"), "open_ended": Template(PLAIN_OPEN, "plain")}
 
+# lm-evaluation-harness's multiple-choice layout (its MMLU, ARC-style tasks): "A. text" lines, then
+# "Answer:" and the letter after lm-eval's default target delimiter, one space.
+LM_EVAL_MC = Template(
+    "{{ question.strip() }}\n"
+    "{% for option in options %}{{ letters[loop.index0] }}. {{ option }}\n{% endfor %}"
+    "Answer:{% block answer %} {{ answer_letter }}{% endblock %}",
+    "lm-eval",
+)
+_MARK = "\u2063"  # an invisible separator: a change no style can mistake for the original content
+
+
+def _content_key(item: Item) -> tuple:
+    """What identifies a row whatever its answer: the question and options (or instruction and input)."""
+    if isinstance(item, MultipleChoice):
+        return ("mc", item.question, item.options)
+    return ("open", item.instruction, item.input)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "\n".join(str(v) for v in value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ReleaseText:
+    """The release's own text as published: a row's question and option fields, one per line, in the
+    file's column order and exactly as written, then the answer field as the file writes it (``(B)``,
+    ``C``, ``2`` or the option's text) on the next line.
+
+    Why: a cheater who trains on the released file as text sees it in the file's layout, not ours (a BBH
+    row is its ``input`` with the ``Options:`` block, then its ``target``). Which fields are which is
+    asked of the row's own style: the fields that change when the answer changes are the answer; those
+    that change with the question or the options are the prompt; the rest (ids, subjects) are left out.
+    """
+
+    rows: dict[tuple, tuple[dict[str, Any], Item]]  # content -> the row and the item it reads as
+    style: str
+    name: str = "release"
+    sha256: str | None = None
+
+    @classmethod
+    def of(cls, rows: Sequence[dict[str, Any]], items: Sequence[Item], style: str) -> ReleaseText:
+        by_content: dict[tuple, tuple[dict[str, Any], Item]] = {}
+        for row, item in zip(rows, items, strict=True):
+            by_content.setdefault(_content_key(item), (row, item))
+        return cls(by_content, style)
+
+    def split(self, item: Item) -> tuple[str, str]:
+        """(prompt, answer) of ``item`` in its row's layout; the answer block starts with the newline."""
+        from assay.data.styles import get_style
+
+        found = self.rows.get(_content_key(item))
+        if found is None:
+            raise UserError("the release layout asks only the release's own rows; this item is not one")
+        row, own = found
+        style = get_style(self.style)
+        asked, answer = self._fields(style, row, own)
+        written = style.render(row, item)
+        prompt = "\n".join(_cell(row[name]) for name in asked)
+        return prompt, "\n" + "\n".join(_cell(written[name]) for name in answer)
+
+    @staticmethod
+    def _fields(style: Any, row: dict[str, Any], item: Item) -> tuple[list[str], list[str]]:
+        from assay.data.styles import RenderError
+
+        def changed(other: Item) -> set[str]:
+            try:
+                new = style.render(row, other)
+            except RenderError:
+                return set()
+            return {name for name in row if new.get(name) != row[name]}
+
+        if isinstance(item, MultipleChoice):
+            answer = changed(replace(item, answer=(item.answer + 1) % item.k))
+            asked = changed(replace(item, question=item.question + _MARK))
+            asked |= changed(replace(item, options=tuple(o + _MARK for o in item.options)))
+        else:
+            answer = changed(replace(item, output=item.output + _MARK))
+            asked = changed(replace(item, instruction=item.instruction + _MARK))
+            asked |= changed(replace(item, input=item.input + _MARK))
+        return [n for n in row if n in asked and n not in answer], [n for n in row if n in answer]
+
 
 class FormatRecord(BaseModel):
     """How the model was asked, as the verdict records it: enough to ask the same way again."""
@@ -155,7 +239,7 @@ class PromptFormat:
     """
 
     mode: Mode = "chat"
-    template: Template | None = None
+    template: Template | ReleaseText | None = None
     system_prompt: str | None = None
     fewshot: tuple[Item, ...] = ()
     fewshot_seed: int | None = None

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -28,7 +29,14 @@ from assay.data import Benchmark
 from assay.data.items import LETTERS, Item, MultipleChoice
 from assay.dyepack.extract import extract_choice, extract_phrase
 from assay.dyepack.key import NONE_LABEL, DyePackKey, now_utc
-from assay.dyepack.prompts import FormatRecord, PromptFormat, Template, draw_fewshot
+from assay.dyepack.prompts import (
+    LM_EVAL_MC,
+    FormatRecord,
+    PromptFormat,
+    ReleaseText,
+    Template,
+    draw_fewshot,
+)
 from assay.errors import UserError
 from assay.fileio import write_text_atomic
 from assay.models.base import ChatModel, GenerationParams, require
@@ -46,6 +54,34 @@ class FalsePositiveRate(BaseModel):
     log10_fpr: float
     chernoff_bound: float
     log10_chernoff_bound: float
+    # Asked in several layouts (``verify --formats``): ``fpr`` and the bound are the best layout's times the
+    # number of layouts tried, capped at 1 (Bonferroni); ``one_layout_fpr`` is that layout's own.
+    layouts: int = 1
+    one_layout_fpr: float | None = None
+
+
+def over_layouts(fpr: FalsePositiveRate, layouts: int) -> FalsePositiveRate:
+    """The false-positive rate of an accusation made on the best of ``layouts`` layouts.
+
+    Why Bonferroni: each layout's exact FPR is a valid p-value for a clean model (its targets are
+    uniform and independent of how it is asked), so P[min over L layouts <= t] <= L t whatever the
+    dependence between layouts (the same model answers all of them). Capped at 1.
+    """
+    if layouts < 1:
+        raise ValueError(f"layouts must be at least 1 (value: {layouts})")
+    if layouts == 1:
+        return fpr
+    log_l = math.log10(layouts)
+    return fpr.model_copy(
+        update={
+            "fpr": min(1.0, fpr.fpr * layouts),
+            "log10_fpr": min(0.0, fpr.log10_fpr + log_l),
+            "chernoff_bound": min(1.0, fpr.chernoff_bound * layouts),
+            "log10_chernoff_bound": min(0.0, fpr.log10_chernoff_bound + log_l),
+            "layouts": layouts,
+            "one_layout_fpr": fpr.fpr,
+        }
+    )
 
 
 def false_positive_rate(k_values: Sequence[int], activated: int) -> FalsePositiveRate:
@@ -87,6 +123,19 @@ class BackdoorResult(BaseModel):
     samples_on_target: int
 
 
+class LayoutResult(BaseModel):
+    """One layout of ``verify --formats``: how it asked and what the model did, judged alone."""
+
+    name: str
+    format: FormatRecord
+    activated: int
+    backdoors: int
+    samples_on_target: int
+    samples: int
+    unparsed: int
+    fpr: float  # this layout's exact FPR, as if it were the only one tried
+
+
 class VerifyReport(BaseModel):
     """What ``assay dyepack verify`` writes to ``summary.json`` and prints."""
 
@@ -107,6 +156,11 @@ class VerifyReport(BaseModel):
     share_on_target: float
     unparsed: int
     per_backdoor: list[BackdoorResult]
+    # ``--formats``: every layout tried (the verdict speaks for the best, its FPR times their number).
+    layouts: list[LayoutResult] = []
+    layouts_skipped: dict[str, str] = {}  # layout -> why it could not be asked of this model
+    # ``--from-log``: what the log covered; None for a live query, which asks every backdoor sample.
+    coverage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +234,59 @@ def release_format(
         fewshot=draw_fewshot(bench.items, backdoor_rows(key), fewshot, fewshot_seed),
         fewshot_seed=fewshot_seed,
     )
+
+
+LAYOUTS: tuple[str, ...] = ("release", "chat", "plain", "lm-eval", "fewshot")
+LAYOUT_HELP = (
+    "release (the rows' own text as published), chat (our chat prompt), plain (question, (A) lines, "
+    "Answer:), lm-eval (A. lines, Answer: X), fewshot (the release layout after solved clean rows)"
+)
+AUTO_FEWSHOT = 3
+
+
+def parse_layouts(spec: str) -> list[str]:
+    """``auto`` (every layout) or a comma-separated list of :data:`LAYOUTS`."""
+    names = list(LAYOUTS) if spec.strip() == "auto" else [n.strip() for n in spec.split(",") if n.strip()]
+    for name in names:
+        if name not in LAYOUTS:
+            raise UserError(f"--formats: unknown layout {name!r}; use auto or some of {', '.join(LAYOUTS)}")
+    if not names or len(set(names)) != len(names):
+        raise UserError(f"--formats: name each layout once (value: {spec!r})")
+    return names
+
+
+def layout_formats(
+    bench: Benchmark,
+    key: DyePackKey,
+    names: Sequence[str],
+    text_mode: str = "completion",
+    fewshot: int = 0,
+    fewshot_seed: int = 1234,
+    system_prompt: str | None = None,
+) -> tuple[list[tuple[str, PromptFormat]], dict[str, str]]:
+    """The formats of the layouts ``names`` (text layouts in ``text_mode``: completion or loglikelihood)
+    and the layouts that cannot be asked of this release, with why. None depends on the targets: the
+    few-shot examples come from rows without a backdoor."""
+    if text_mode not in ("completion", "loglikelihood"):
+        raise UserError(f"--formats asks text layouts by completion or loglikelihood (--mode {text_mode!r})")
+    mode: Any = text_mode
+    release = ReleaseText.of(bench.table.rows, bench.items, bench.style)
+    shots = draw_fewshot(bench.items, backdoor_rows(key), fewshot or AUTO_FEWSHOT, fewshot_seed)
+    system = system_prompt or None
+    build = {
+        "release": lambda: PromptFormat(mode, release, system),
+        "chat": lambda: PromptFormat("chat", None, system),
+        "plain": lambda: PromptFormat(mode, None, system),
+        "lm-eval": lambda: PromptFormat(mode, LM_EVAL_MC, system),
+        "fewshot": lambda: PromptFormat(mode, release, system, shots, fewshot_seed),
+    }
+    formats, skipped = [], {}
+    for name in names:
+        if name == "lm-eval" and bench.kind != "multiple_choice":
+            skipped[name] = "lm-eval's layout is for multiple-choice items"
+        else:
+            formats.append((name, build[name]()))
+    return formats, skipped
 
 
 def backdoor_queries(bench: Benchmark, key: DyePackKey, fmt: PromptFormat | None = None) -> list[Query]:
@@ -327,6 +434,92 @@ def verify(
     queries = backdoor_queries(bench, key, fmt)
     answers = ask(model, fmt, queries, params, key, on_result)
     return build_report(model_label, bench, key, params, alpha, fmt.record(), queries, answers)
+
+
+def _capable(model: ChatModel, fmt: PromptFormat) -> str | None:
+    """None when ``model`` can be asked in ``fmt``'s mode, else why not (decided before any query)."""
+    from assay.models.cache import CachedModel
+
+    inner = model.model if isinstance(model, CachedModel) else model
+    method = {"chat": "chat", "completion": "complete", "loglikelihood": "loglikelihood"}[fmt.mode]
+    try:
+        require(inner, method)
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+def verify_layouts(
+    model: ChatModel,
+    model_label: str,
+    bench: Benchmark,
+    key: DyePackKey,
+    params: GenerationParams,
+    layouts: Sequence[tuple[str, PromptFormat]],
+    alpha: float = DEFAULT_ALPHA,
+    on_result: Callable[[int, str], None] | None = None,
+    skipped: dict[str, str] | None = None,
+) -> tuple[VerifyReport, list[dict]]:
+    """Ask every backdoor sample in each layout; the verdict speaks for the layout of lowest FPR, whose FPR
+    is multiplied by the number of layouts asked (:func:`over_layouts`), so an accusation stays exact
+    however many layouts were tried. Layouts the model cannot be asked in (no plain-text completion, no
+    scores) are skipped before anything is sent and do not count. The audit records carry the layout."""
+    if not 0 < alpha < 1:
+        raise UserError(f"--alpha must be in (0, 1) (value: {alpha})")
+    check_release(bench, key)
+    skipped = dict(skipped or {})
+    asked = []
+    for name, fmt in layouts:
+        why = _capable(model, fmt)
+        if why is None:
+            asked.append((name, fmt))
+        else:
+            skipped[name] = why
+    if not asked:
+        raise UserError(f"{model_label}: none of the layouts can be asked ({'; '.join(skipped.values())})")
+    runs = []
+    for name, fmt in asked:
+        queries = backdoor_queries(bench, key, fmt)
+        answers = ask(model, fmt, queries, params, key, on_result)
+        runs.append(
+            (name, *build_report(model_label, bench, key, params, alpha, fmt.record(), queries, answers))
+        )
+    results = [
+        LayoutResult(
+            name=name,
+            format=report.format,
+            activated=report.activated,
+            backdoors=report.backdoors,
+            samples_on_target=report.samples_on_target,
+            samples=report.samples,
+            unparsed=report.unparsed,
+            fpr=report.fpr.fpr,
+        )
+        for name, report, _ in runs
+    ]
+    best = min(range(len(runs)), key=lambda i: (runs[i][1].fpr.fpr, i))
+    name, report, _ = runs[best]
+    fpr = over_layouts(report.fpr, len(runs))
+    flagged = report.activated > 0 and fpr.fpr <= alpha
+    where = (
+        f"in the {name} layout, the best of {len(runs)} asked" if len(runs) > 1 else f"in the {name} layout"
+    )
+    verdict = (
+        f"CONTAMINATED: {report.activated} of {report.backdoors} backdoors activated {where}; a clean model "
+        f"does this in any of them with probability at most {fpr.fpr:.3g} <= alpha {alpha:g}"
+        if flagged
+        else f"not flagged: at most {report.activated} of {report.backdoors} backdoors activated {where} "
+        f"(false-positive rate of an accusation {fpr.fpr:.3g} > alpha {alpha:g})"
+    )
+    audit = [{"layout": n, **record} for n, _, records in runs for record in records]
+    update = {
+        "fpr": fpr,
+        "flagged": flagged,
+        "verdict": verdict,
+        "layouts": results,
+        "layouts_skipped": skipped,
+    }
+    return report.model_copy(update=update), audit
 
 
 def build_report(
