@@ -3,18 +3,20 @@ CSV tables and a JSON summary whose numbers equal the analysis functions' own.""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from tests.conftest import SHARED_DATA
 
 from assay.cli import main
-from assay.star.analysis import in_group_annotation, reliability
+from assay.star.analysis import contract, in_group_annotation, reliability
 from assay.star.analysis.report import build_report
 from assay.star.exchange import COLUMNS, read_export
 from assay.star.spec import load_spec
@@ -215,3 +217,108 @@ def annotation_prompt_for(spec, dialogue, persona):  # type: ignore[no-untyped-d
     from assay.star.agents import annotation_prompt
 
     return annotation_prompt(spec, spec.rules[0], dialogue, persona)
+
+
+# --- the report's contract: tables, columns and summary fields under one schema_version ------------------
+
+EVERY_CONDITION = ("paper_tests", "participants", "themes")
+STAR_ANALYSIS_DOC = Path(__file__).resolve().parents[2] / "docs" / "star-analysis.md"
+
+
+def _written(out: Path) -> tuple[dict[str, list[str]], dict]:
+    """The header of every CSV table a report folder holds, and its summary.json."""
+    headers = {}
+    for path in sorted((out / "tables").glob("*.csv")):
+        with path.open(newline="", encoding="utf-8") as handle:
+            headers[path.stem] = next(csv.reader(handle), [])
+    return headers, json.loads((out / "summary.json").read_text())
+
+
+def _contract_report(
+    campaign: Path, monkeypatch: pytest.MonkeyPatch, name: str, everything: bool = True
+) -> tuple[dict[str, list[str]], dict]:
+    """A report written to disk and read back; with ``everything``, every table (the paper's tests,
+    participants, a map with labels). The figures are stubbed and UMAP replaced by the first two embedding
+    coordinates: neither touches a table, and the build takes a few seconds instead of many."""
+    from assay.star.analysis import plots, themes
+    from assay.star.analysis.report import theme_options, write_report
+
+    for figure in ("heatmap", "likert_plot", "odds_forest", "theme_scatter"):
+        monkeypatch.setattr(plots, figure, lambda *args, **kwargs: "data:image/png;base64,")
+    monkeypatch.setattr(themes, "_umap_coordinates", lambda vectors, n, seed: np.asarray(vectors)[:, :2])
+    spec, frames = read_export(campaign / "export")
+    options = theme_options("hashing", campaign / f"{name}.sqlite", n_clusters=4) if everything else None
+    report = build_report(spec, frames, themes=options, n_boot=0, paper_tests=everything)
+    write_report(report, spec, campaign / name)
+    return _written(campaign / name)
+
+
+@pytest.mark.slow  # a report with every table, 4 to 12 s
+def test_the_report_writes_exactly_its_contract(campaign: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    headers, summary = _contract_report(campaign, monkeypatch, "contract")
+    assert sorted(headers) == contract.expected_tables(EVERY_CONDITION)
+    assert summary["schema_version"] == contract.SCHEMA_VERSION
+    assert contract.check(headers, summary, EVERY_CONDITION) == []
+
+
+@pytest.mark.slow  # a report, 2 to 6 s
+def test_a_column_renamed_without_a_version_bump_fails(
+    campaign: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test build that renames ``naive_p`` in the flat tables (as the release that moved the naive test
+    did to ``p_value``) writes the new name, and the contract check names every table it changed."""
+    from assay.star.analysis import report as report_module
+
+    flat = report_module._flat
+    monkeypatch.setattr(
+        report_module, "_flat", lambda items: flat(items).rename(columns={"naive_p": "naive_pv"})
+    )
+    headers, summary = _contract_report(campaign, monkeypatch, "renamed", everything=False)
+    assert "naive_pv" in headers["in_group_annotation"]
+    problems = contract.check(headers, summary, ("participants",))
+    changed = sorted(line.split(":")[0] for line in problems)
+    assert changed == ["table in_group_annotation", "table interactions", "table red_team_success"]
+    assert all(
+        "without a schema_version bump (new ['naive_pv'], gone ['naive_p'])" in line for line in problems
+    )
+    del summary["settings"]
+    assert "summary.json: fields changed without a schema_version bump: new [], gone ['settings']" in (
+        contract.check(headers, summary, ("participants",))
+    )
+    monkeypatch.setattr(contract, "SCHEMA_VERSION", contract.SCHEMA_VERSION + 1)  # bumped, contract not
+    assert any("describes version" in line for line in contract.check(headers, summary, ("participants",)))
+
+
+def test_an_empty_campaign_writes_the_contracted_headers(campaign: Path) -> None:
+    """No dialogues yet: every table is still written with its columns, so a script reads it unchanged."""
+    from assay.star.analysis.report import write_report
+
+    spec, frames = read_export(campaign / "export")
+    empty = {name: frame.iloc[0:0] for name, frame in frames.items()}
+    write_report(build_report(spec, empty, n_boot=0), spec, campaign / "empty")
+    headers, summary = _written(campaign / "empty")
+    assert contract.check(headers, summary, ("participants",)) == []
+
+
+def test_every_table_column_and_summary_field_is_documented() -> None:
+    """docs/star-analysis.md names every contracted table, column and summary field (in backticks), and
+    has a note for every schema version."""
+    doc = STAR_ANALYSIS_DOC.read_text(encoding="utf-8")
+    found = contract.contract()
+    missing = [f"table {name}" for name in found["tables"] if f"`{name}`" not in doc]
+    missing += [
+        f"{name}.{column}"
+        for name, table in found["tables"].items()
+        for column in table["columns"]
+        if f"`{column}`" not in doc
+    ]
+    keys = found["summary"]
+    fields = [
+        *keys["always"],
+        *keys["conditional"],
+        *(f"n.{k}" for k in keys["n"]),
+        *(f"settings.{k}" for k in keys["settings"]),
+    ]
+    missing += [f"summary {key}" for key in fields if f"`{key}`" not in doc]
+    missing += [f"note for version {v}" for v in contract.NOTES if f"schema_version {v}" not in doc]
+    assert not missing, missing
