@@ -64,10 +64,6 @@ class Crossing(BaseModel):
     def attributes(self) -> tuple[str, ...]:
         return tuple(self.values)
 
-    def text(self) -> str:
-        """The crossing as a spec writes it, every value named."""
-        return " x ".join(f"{a}[{', '.join(v)}]" for a, v in self.values.items())
-
 
 def parse_crossing(text: str, attributes: dict[str, list[str]]) -> Crossing:
     """``"race x gender[female, male]"`` -> a ``Crossing`` over the spec's ``attributes`` (an attribute
@@ -139,14 +135,18 @@ class Demographics(BaseModel):
         return sorted(found, key=lambda c: (len(c.values), c.attributes))
 
     def groups(self) -> list[dict[str, str]]:
-        """Every target group once: the values each crossing lets take part, in a fixed order."""
-        found: list[dict[str, str]] = []
+        """Every target group once: the values each crossing lets take part, in a fixed order (fresh dicts:
+        callers may change them)."""
+        return [dict(group) for group in self._groups]
+
+    @functools.cached_property
+    def _groups(self) -> tuple[tuple[tuple[str, str], ...], ...]:
+        """The groups, worked out once per spec (the engine asks for them per instruction)."""
+        found: dict[tuple[tuple[str, str], ...], None] = {}
         for crossing in self.crossings():
             for values in itertools.product(*crossing.values.values()):
-                group = dict(zip(crossing.attributes, values, strict=True))
-                if group not in found:
-                    found.append(group)
-        return found
+                found[tuple(zip(crossing.attributes, values, strict=True))] = None
+        return tuple(found)
 
     def pairs(self) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
         """The two-way crossings by attribute pair (in the order the spec lists the attributes): the values
