@@ -168,7 +168,6 @@ def _run(task: Task, level: str, space: Workspace, wall: float, join: Callable[[
     isolation it had."""
     limits = task.limits
     data_only = limits.gpus > 0  # RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS
-    stage_in(space, task.stage, task.shared_stage)
     if level == "bwrap":
         argv, described = _bwrap_command(task, space)
         env = environment(task, INSIDE_FOLDERS)
@@ -198,6 +197,10 @@ def run_folder(task: Task, workdir: Path | None = None, isolation: str | None = 
     if wall <= 0:
         return not_started(task, worker)
     with workspace(workdir) as space, task_cgroup(task.limits.max_processes) as group:
+        stage_in(space, task.stage, task.shared_stage)
+        wall = min(wall, time_left(task))  # copying takes time off the job's deadline, not past it
+        if wall <= 0:
+            return not_started(task, worker)
         finished, outputs, described, lost = _run(task, level, space, wall, joiner(group) if group else None)
     if group is None:
         described += "; process count not bounded (no pids cgroup)"
