@@ -38,7 +38,7 @@ from assay.config import settings
 from assay.errors import UserError
 from assay.star.workflow import NotAllowed, NotYours
 from assay.store.engine import open_store
-from assay.web import metrics, openapi, signin
+from assay.web import methods, metrics, openapi, signin
 from assay.web.background import BackgroundWork
 from assay.web.paging import refuse_unknown_query
 from assay.web.routes import load_routers, page_context, render
@@ -221,8 +221,11 @@ async def _refused(request: Request, exc: Exception) -> Response:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """HTTP errors on pages (403, 404, ...) render the error page; the API keeps FastAPI's JSON."""
+    """HTTP errors on pages (403, 404, ...) render the error page; the API keeps FastAPI's JSON. A 405's
+    ``Allow`` names every method of the path (``methods.allowed``), not only the first route's."""
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 405:
+        exc = StarletteHTTPException(405, exc.detail, {"Allow": ", ".join(methods.allowed(request))})
     if is_api(request) or request.url.path.startswith("/static"):
         return await http_exception_handler(request, exc)
     titles = {401: "Please sign in", 403: "Not allowed", 404: "Page not found"}

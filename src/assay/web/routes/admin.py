@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
@@ -301,7 +301,7 @@ class UserChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
     roles: list[Role] | None = Field(None, min_length=1)
     team: Name | None = None
-    disabled: bool | None = None
+    disabled: StrictBool | None = Field(None, description="true or false; 0, 1 and strings are refused")
 
 
 class PoolMemberIn(BaseModel):

@@ -39,6 +39,7 @@ from assay.store.enums import STAR_ROLES, Role, TaskKind, TaskStatus
 from assay.store.models import as_utc
 from assay.store.star_models import StarCampaign, StarTask
 from assay.store.web_models import WebUser
+from assay.web import methods  # noqa: F401  (registers the theme_action path convertor used below)
 from assay.web.accounts import has_role, participants_of
 from assay.web.background import BackgroundWork, Job
 from assay.web.params import MAX_ID, PlainText, path_id
@@ -470,7 +471,7 @@ def themes(request: Request, session: DbSession, user: ThemeReviewer, name: Camp
     return _themes_page(request, session, user, _campaign(session, name))
 
 
-@pages.post("/campaigns/{name}/themes/{action}", response_class=HTMLResponse)
+@pages.post("/campaigns/{name}/themes/{action:theme_action}", response_class=HTMLResponse)
 def label_theme(
     request: Request,
     session: DbSession,
@@ -631,7 +632,7 @@ def _rating_out(likert: list[str], rating: int, reason: str) -> RatingOut:
     return RatingOut(rating=rating, label=likert[rating], reason=reason)
 
 
-@api.get("/tasks/{task_id}", response_model=TaskViewOut, summary="One of your tasks", responses=NOT_YOURS)
+@api.get("/tasks/{task_id:int}", response_model=TaskViewOut, summary="One of your tasks", responses=NOT_YOURS)
 def api_task(session: DbSession, user: WorkerUser, task_id: TaskId) -> TaskViewOut:
     """What the task's page shows: the dialogue (and for arbitration the primary ratings), never more."""
     view = workflow.task_view(session, workflow.open_task(session, _worker(session, user), task_id))
@@ -712,7 +713,7 @@ def api_theme_labels(session: DbSession, user: ThemeReviewer, name: CampaignName
 
 
 @api.post(
-    "/campaigns/{name}/themes/{action}",
+    "/campaigns/{name}/themes/{action:theme_action}",  # a word, so POST .../themes/labels is a 405
     response_model=ThemeLabelOut,
     summary="Label a cluster (two reviewers), or settle one they named differently (a third)",
     responses=THEMES_REFUSED,
