@@ -51,11 +51,37 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+COMPLETION_OPTIONS = ("install_completion", "show_completion")  # the root's business, and it has none
+
+
+def _lighten(command: click.Command) -> None:
+    """Make ``command`` and its subcommands start fast: plain help, and no pydantic for an unset ``--help``.
+
+    Help and usage errors are click's plain layout, not typer's rich panels: its renderer imports rich's
+    markdown and traceback modules, 0.1 s of the 0.3 s a ``--help`` may take (docs/benchmarks.md). typer
+    (0.29) coerces a flag's value through a pydantic ``TypeAdapter`` unless it is already a bool, and an
+    unset ``--help`` is None, so each group on the way to ``assay user --help`` imported pydantic (0.1 s)
+    to turn None into False; ``get_help_option`` caches the option it builds, so a default set here holds.
+    """
+    if hasattr(command, "rich_markup_mode"):
+        command.rich_markup_mode = None
+    option = command.get_help_option(click.Context(command))
+    if option is not None and option.default is None:
+        option.default = False
+    for sub in getattr(command, "commands", {}).values():
+        _lighten(sub)
+
+
 def load_subcommand(name: str) -> click.Command:
-    """Import the sub-app behind ``name`` and build its click command."""
+    """Import the sub-app behind ``name`` and build its click command.
+
+    A sub-app's own shell-completion options are dropped: completion would be installed for the root.
+    """
     module, attribute = SUBCOMMANDS[name][0].split(":")
     command = typer.main.get_command(getattr(importlib.import_module(module), attribute))
     command.name = name
+    command.params = [p for p in command.params if p.name not in COMPLETION_OPTIONS]
+    _lighten(command)
     return command
 
 
@@ -63,6 +89,12 @@ class LazyGroup(TyperGroup):
     """The root group: sub-apps are listed from ``SUBCOMMANDS`` and imported on first use."""
 
     _listing = False
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:  # see _lighten
+            option.default = False
+        return option
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*super().list_commands(ctx), *SUBCOMMANDS]
@@ -90,6 +122,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain help, as every sub-app's (_lighten)
 )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.special import betaln, logsumexp, xlog1py, xlogy
 from scipy.stats import binom
 
 from assay.stats import (
@@ -128,6 +129,38 @@ def test_extreme_tails_match_mpmath(n: int, p: float, tau: int) -> None:
     assert math.isfinite(got)
     assert rel_err(got, want) < 1e-9
     assert binomial_sf(n, p, tau) == 0.0
+
+
+def scipy_log_binomial_sf(n: int, p: float, tau: int) -> float:
+    """The former implementation: log C(n, j) by scipy's ``betaln``, the sums by its ``logsumexp``."""
+    j = np.arange(n + 1, dtype=float)
+    log_pmf = -math.log(n + 1) - betaln(n - j + 1.0, j + 1.0) + j * math.log(p) + (n - j) * math.log1p(-p)
+    upper = float(logsumexp(log_pmf[tau:]))
+    if upper <= -math.log(2.0):
+        return min(upper, 0.0)
+    return math.log1p(-math.exp(float(logsumexp(log_pmf[:tau]))))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 10, 37, 100, 257, 1000])
+def test_tails_without_scipy_agree_with_scipy_to_1e_12(n: int) -> None:
+    """``assay dyepack fpr`` imports no scipy now: its tails equal scipy's to 1e-12 over DyePack's range."""
+    for p in SCIPY_PS:
+        for tau in sorted({*range(1, min(n, 12) + 1), *np.linspace(1, n, 21).astype(int).tolist()}):
+            want = scipy_log_binomial_sf(n, p, tau)
+            assert rel_err(log_binomial_sf(n, p, tau), want) < 1e-12, (n, p, tau)
+    for a, q in itertools.product([0.0, 1e-9, 0.3, 0.5, 1.0], [0.0, 1e-9, 0.25, 0.5, 1.0]):
+        want = float(xlogy(a, a) - xlogy(a, q) + xlog1py(1.0 - a, -a) - xlog1py(1.0 - a, -q))
+        assert kl_bernoulli(a, q) == want or rel_err(kl_bernoulli(a, q), want) < 1e-12, (a, q)
+
+
+@pytest.mark.parametrize(
+    ("n", "p", "tau"), [(10_000, 0.9, 8_571), (5_000, 0.5, 2_500), (10_000, 1 / 7, 4_000)]
+)
+def test_exact_binomial_coefficients_beat_betaln_against_mpmath(n: int, p: float, tau: int) -> None:
+    """Past a few thousand trials scipy's ``betaln`` drifts (1e-11 here); exact integers stay within 1e-12."""
+    want = mp_log_binomial_sf(n, p, tau)
+    assert rel_err(log_binomial_sf(n, p, tau), want) < 1e-12
+    assert rel_err(log_binomial_sf(n, p, tau), want) <= rel_err(scipy_log_binomial_sf(n, p, tau), want)
 
 
 @pytest.mark.parametrize(("n", "p", "tau"), [(1_000, 0.5, 400), (10_000, 0.25, 2_250), (50, 0.9, 30)])

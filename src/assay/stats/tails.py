@@ -10,18 +10,22 @@ Everything is computed in log space, because the rates worth reporting are often
 double (1e-308): ``log_*`` functions return the natural log of the probability and stay finite where the
 probability itself underflows to 0.0. The plain functions are ``exp`` of the log ones.
 
+No scipy: log C(n, j) comes from exact integers and the sums from ``math.fsum`` (``assay dyepack fpr`` need
+not import scipy.special, a quarter of a second); a test holds them to 1e-12 of scipy's ``betaln`` and
+``logsumexp``. Past ``EXACT_N`` trials the integers grow slow and scipy's ``betaln`` is used.
+
 Edge cases, shared by all functions: ``tau <= 0`` gives probability 1 (log 0.0); ``tau > n`` gives
 probability 0 (log ``-inf``); p = 0 and p = 1 are handled exactly.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.special import betaln, logsumexp, xlog1py, xlogy
 
 __all__ = [
     "binomial_sf",
@@ -36,6 +40,7 @@ __all__ = [
 ]
 
 _LOG_HALF = -math.log(2.0)
+EXACT_N = 10_000  # up to here log C(n, j) from exact integers (0.1 s at the top, quiet); beyond, scipy
 
 
 # --- argument checks -------------------------------------------------------------------------------
@@ -98,7 +103,15 @@ def _binomial_args(n: object, p: object, tau: object) -> tuple[int, float, int, 
     return n, p, tau, _trivial_tail(n, tau)
 
 
-def _log_tail_from_log_pmf(log_pmf: np.ndarray, tau: int) -> float:
+def logsumexp(values: Sequence[float] | np.ndarray) -> float:
+    """log(sum(exp(values))), shifted by the largest value and summed exactly (``math.fsum``)."""
+    top = max(values, default=-math.inf)
+    if top == -math.inf or top == math.inf:
+        return float(top)
+    return top + math.log(math.fsum(math.exp(v - top) for v in values))
+
+
+def _log_tail_from_log_pmf(log_pmf: Sequence[float] | np.ndarray, tau: int) -> float:
     """log of sum(pmf[tau:]) from a full log-pmf over 0..n, for 1 <= tau <= n.
 
     Sums whichever side is the smaller probability: a tail near 1 is ``log1p(-lower tail)``, so its log
@@ -111,15 +124,35 @@ def _log_tail_from_log_pmf(log_pmf: np.ndarray, tau: int) -> float:
     return math.log1p(-math.exp(lower)) if lower < 0.0 else -math.inf
 
 
+@functools.lru_cache(maxsize=8)
+def log_comb(n: int) -> tuple[float, ...]:
+    """log C(n, j) for j = 0..n, each the correctly rounded log of the exact integer (``EXACT_N`` at most);
+    the last few n are kept, since a caller scanning thresholds asks for the same n again and again."""
+    logs, count = [0.0], 1
+    for j in range(n):
+        count = count * (n - j) // (j + 1)
+        logs.append(math.log(count))
+    return tuple(logs)
+
+
+def _log_comb_scipy(n: int) -> Sequence[float]:
+    """log C(n, j) as ``-log(n + 1) - betaln(n - j + 1, j + 1)``: full relative accuracy for any n."""
+    from scipy.special import betaln
+
+    j = np.arange(n + 1, dtype=float)
+    return (-math.log(n + 1) - betaln(n - j + 1.0, j + 1.0)).tolist()
+
+
 # --- binomial --------------------------------------------------------------------------------------
 
 
 def log_binomial_sf(n: int, p: float, tau: int) -> float:
     """log P[X >= tau] for X ~ Binomial(n, p), exactly, in log space.
 
-    The log-pmf uses ``log C(n, j) = -log(n + 1) - betaln(n - j + 1, j + 1)``, which keeps full relative
-    accuracy for large n (differences of ``gammaln`` lose digits), and the terms are summed with
-    logsumexp, so tails far below 1e-300 come back as finite logs. Cost is O(n).
+    The log-pmf uses ``log C(n, j)`` from the exact integer (``log_comb``), which keeps full relative
+    accuracy for large n (differences of ``lgamma`` lose digits), and the terms are summed in log space,
+    so tails far below 1e-300 come back as finite logs. Cost is O(n) (with n-bit integers up to
+    ``EXACT_N``).
     """
     n, p, tau, trivial = _binomial_args(n, p, tau)
     if trivial is not None:
@@ -128,8 +161,9 @@ def log_binomial_sf(n: int, p: float, tau: int) -> float:
         return -math.inf
     if p == 1.0:  # X == n surely, and tau <= n here
         return 0.0
-    j = np.arange(n + 1, dtype=float)
-    log_pmf = -math.log(n + 1) - betaln(n - j + 1.0, j + 1.0) + j * math.log(p) + (n - j) * math.log1p(-p)
+    combs = log_comb(n) if n <= EXACT_N else _log_comb_scipy(n)
+    log_p, log_q = math.log(p), math.log1p(-p)
+    log_pmf = [c + j * log_p + (n - j) * log_q for j, c in enumerate(combs)]
     return _log_tail_from_log_pmf(log_pmf, tau)
 
 
@@ -145,7 +179,21 @@ def kl_bernoulli(a: float, p: float) -> float:
     """
     a = _check_prob(a, "a")
     p = _check_prob(p, "p")
-    return float(xlogy(a, a) - xlogy(a, p) + xlog1py(1.0 - a, -a) - xlog1py(1.0 - a, -p))
+    return _xlogy(a, a) - _xlogy(a, p) + _xlog1py(1.0 - a, -a) - _xlog1py(1.0 - a, -p)
+
+
+def _xlogy(x: float, y: float) -> float:
+    """x log y with 0 log y = 0 (y = 0 included), as scipy's ``xlogy``."""
+    if x == 0.0:
+        return 0.0
+    return x * math.log(y) if y > 0.0 else -math.inf * x
+
+
+def _xlog1py(x: float, y: float) -> float:
+    """x log(1 + y) with 0 log(1 + y) = 0, as scipy's ``xlog1py``."""
+    if x == 0.0:
+        return 0.0
+    return x * math.log1p(y) if y > -1.0 else -math.inf * x
 
 
 def log_chernoff_bound(n: int, p: float, tau: int) -> float:
