@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -133,6 +134,9 @@ def _copy_fresh(source: Path, target: Path) -> None:
         shutil.copy(source, target)
         paths = []
     for path in [*paths, target]:
+        info = os.lstat(path)
+        if stat.S_ISDIR(info.st_mode):  # a read-only folder could not be emptied by a non-root harness
+            os.chmod(path, info.st_mode | stat.S_IWUSR)
         os.utime(path, ns=(NEUTRAL_MTIME_NS, NEUTRAL_MTIME_NS), follow_symlinks=False)
 
 
