@@ -189,3 +189,64 @@ def test_json_logs_one_object_a_line_with_request_fields(tmp_path: Path, monkeyp
         exc.exc_info = sys.exc_info()
     failed = json.loads(JsonFormatter().format(exc))
     assert failed["message"] == "failed here" and "ValueError: boom" in failed["exception"]
+
+
+@pytest.mark.slow
+def test_metrics_sum_every_worker_of_a_multi_worker_server(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from web_server import free_port
+
+    url = f"sqlite:///{tmp_path / 'web.db'}"
+    headers = _token(create_app(url), "olga", "organiser")
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    port = free_port()
+    env = {**os.environ, "ASSAY_DB_URL": url, "PROMETHEUS_MULTIPROC_DIR": str(shared)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "assay", "serve", "--workers", "2", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline, answered = time.monotonic() + 120, 0
+        while True:
+            try:
+                if httpx.get(f"{base}/api/v1/health", timeout=2).status_code == 200:
+                    answered += 1
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+            time.sleep(0.5)
+
+        def health(_: int) -> int:
+            return httpx.get(f"{base}/api/v1/health", timeout=30).status_code
+
+        # batches of concurrent requests until both workers have answered (each writes its own pid's file)
+        with ThreadPoolExecutor(16) as pool:
+            for _ in range(20):
+                answered += list(pool.map(health, range(32))).count(200)
+                if len({f.name.rsplit("_", 1)[-1] for f in shared.glob("histogram_*.db")}) >= 2:
+                    break
+            else:
+                raise AssertionError("one worker answered everything")
+        for _ in range(2):  # whichever worker answers the scrape reports both workers' requests
+            families = _families(httpx.get(f"{base}/metrics", headers=headers, timeout=10).text)
+            counts = {
+                s.labels["route"]: s.value
+                for s in families["assay_http_request_duration_seconds"]
+                if s.name.endswith("_count") and s.labels["status"] == "2xx"
+            }
+            assert counts["/api/v1/health"] == answered  # not one worker's share: both answered some
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -89,12 +89,29 @@ def serve(
     if url.startswith("sqlite"):
         console.print("note: several workers on SQLite share one write lock; PostgreSQL scales further")
     os.environ["ASSAY_DB_URL"] = url  # the workers are new processes: they read it from the environment
+    _share_metrics()
     os.environ[SECURE_COOKIES_ENV] = "1" if secure_cookies else "0"
     if web.state.public_url:
         os.environ["ASSAY_PUBLIC_URL"] = web.state.public_url
     web.state.sessions.kw["bind"].dispose()  # no connection of this process is inherited by a worker
     factory = "assay.web.app:app_from_env"
     uvicorn.run(factory, factory=True, workers=workers, host=host, port=port, proxy_headers=True, **log)
+
+
+def _share_metrics() -> None:
+    """Give the worker processes one fresh folder for their request metrics (prometheus_client's multiprocess
+    mode), so a scrape answered by any worker sums them all; removed when the server stops."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from assay.web.metrics import MULTIPROCESS_ENV
+
+    if os.environ.get(MULTIPROCESS_ENV):  # the operator's own folder: theirs to keep
+        return
+    folder = tempfile.mkdtemp(prefix="assay-metrics-")
+    os.environ[MULTIPROCESS_ENV] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
 def _demo_round(folder: Path) -> Path:

@@ -13,20 +13,29 @@ Two kinds of figure:
   tasks by campaign, kind and status, DyePack runs by status, background jobs by lane and state.
 
 Prometheus authenticates with a bearer token (``authorization: {credentials_file: ...}`` in its scrape
-config) made with ``assay user token NAME`` for an organiser account. Request figures are per server
-process: with ``assay serve --workers N`` each scrape reads the worker that answers it, so scrape each
-worker (or run one per pod); the state figures come from the database and are the same from any worker.
+config) made with ``assay user token NAME`` for an organiser account. With ``assay serve --workers N`` the
+request figures of every worker are summed: ``serve`` gives the workers a shared ``PROMETHEUS_MULTIPROC_DIR``
+(prometheus_client's multiprocess mode), so whichever worker answers a scrape reports them all; the state
+figures come from the database and are the same from any worker.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,6 +45,7 @@ from assay.web.accounts import has_role
 from assay.web.security import DbSession, OptionalUser
 
 PATH = "/metrics"
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set before prometheus_client is imported (assay serve does)
 UNMATCHED = "<unmatched>"
 # seconds: sub-millisecond health checks up to the 30 s a stuck database lock can cost
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -56,7 +66,10 @@ class RequestMetrics:
             registry=registry,
         )
         self.in_flight = Gauge(
-            "assay_http_requests_in_flight", "Requests being answered now.", registry=registry
+            "assay_http_requests_in_flight",
+            "Requests being answered now.",
+            registry=registry,
+            multiprocess_mode="livesum",
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -186,7 +199,11 @@ def metrics_page(request: Request, session: DbSession, user: Organiser) -> Respo
     """The request figures of this process, then the state figures read now."""
     state = CollectorRegistry(auto_describe=False)
     state.register(_Snapshot(state_families(session, request.app.state.background)))
-    body = generate_latest(request.app.state.metrics_registry) + generate_latest(state)
+    requests = request.app.state.metrics_registry
+    if os.environ.get(MULTIPROCESS_ENV):  # every worker's figures, from the files they share
+        requests = CollectorRegistry()
+        multiprocess.MultiProcessCollector(requests)
+    body = generate_latest(requests) + generate_latest(state)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
