@@ -54,6 +54,7 @@ def _head_and_parent() -> tuple[str, str]:
     return head, parent if isinstance(parent, str) else parent[0]
 
 
+@pytest.mark.slow  # a fresh store and app: about 2 s on quiet cores, more when shared
 def test_health_and_ready_answer_visitors_and_ready_follows_the_schema(tmp_path: Path) -> None:
     app = _app(tmp_path)
     client = TestClient(app)
@@ -118,6 +119,7 @@ def _families(body: str) -> dict[str, list]:  # type: ignore[type-arg]
     return {f.name: f.samples for f in text_string_to_metric_families(body)}
 
 
+@pytest.mark.slow  # a fresh store and app: about 2 s on quiet cores, more when shared
 def test_metrics_are_for_organisers_and_count_requests_by_route_template(tmp_path: Path) -> None:
     app = _app(tmp_path)
     with app.state.sessions.begin() as session:
