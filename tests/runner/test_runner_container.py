@@ -273,6 +273,40 @@ json.dump(found, open("/task/output/result.txt", "w"))
 """
 
 
+IDENTITY = """
+import json, os
+seen = []
+for path in ["/proc/self/mountinfo", "/etc/hostname", "/etc/hosts", "/run/.containerenv"] + [
+    f"/proc/{pid}/{name}" for pid in os.listdir("/proc") if pid.isdigit() for name in ("cmdline", "environ")
+]:
+    try:
+        seen.append(open(path, "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+info = os.stat("/task/input/model.pt")
+seen.append(os.uname().nodename)
+open("/task/output/result.txt", "w").write(json.dumps([seen, info.st_ino, info.st_mtime_ns]))
+"""
+
+
+@podman_test
+def test_the_container_is_not_told_which_model_it_runs_on(image: BuiltImage, tmp_path: Path) -> None:
+    model = tmp_path / "models" / "id-00000009"
+    model.mkdir(parents=True)
+    (model / "model.pt").write_bytes(b"weights")
+    task = probe(
+        str(image.docker_archive), IDENTITY, stage={"model.pt": model / "model.pt"}, key="id-00000009"
+    )
+    result = run_task(task)
+    assert result.ok, result.stderr
+    seen, inode, mtime_ns = json.loads(result.outputs["result.txt"])
+    text = "\n".join(seen)
+    assert "/task/input" in text  # mountinfo was read
+    assert "id-00000009" not in text and str(model.parent) not in text
+    host = (model / "model.pt").stat()
+    assert inode != host.st_ino and mtime_ns != host.st_mtime_ns
+
+
 @podman_test
 def test_the_container_sees_only_its_staged_inputs_read_only(
     image: BuiltImage, tmp_path: Path, assay_home: Path
