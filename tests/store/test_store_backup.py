@@ -9,6 +9,7 @@ import hashlib
 import shutil
 import tarfile
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,36 @@ def test_admin_cli_backup_and_restore(tmp_path: Path, monkeypatch: pytest.Monkey
     assert done.exit_code == 0, done.output
     assert "restored 0 rows" in done.output
     assert runner.invoke(root_cli, ["admin", "ready", "--db", target]).exit_code == 0
+
+
+@pytest.mark.slow
+def test_a_sqlite_backup_restores_into_postgresql(tmp_path: Path, postgres) -> None:  # type: ignore[no-untyped-def]
+    """Moving an instance from SQLite to PostgreSQL is a backup and a restore."""
+    url, home, home2 = f"sqlite:///{tmp_path / 'a.db'}", tmp_path / "home", tmp_path / "moved"
+    _one_artifact(url, home, tmp_path)
+    with open_store(url).begin() as session:
+        accounts.create_user(session, "olga", "correct horse battery", ["organiser"])
+    backup(url, home, tmp_path / "b.tar")
+    target = postgres.new_database()
+    restore(tmp_path / "b.tar", target, home2)
+    before, after = _rows(url), _rows(target)
+    expected = _moved(before, url, home.resolve(), home2.resolve())
+    for table in before:  # SQLite reads its times back without the zone they were stored in (UTC)
+        assert _utc(after[table]) == _utc(expected[table]), table
+    assert _files(home2) == _files(home)
+    with open_store(target).begin() as session:  # ids continue after the copied ones
+        assert accounts.create_user(session, "anna", "correct horse battery", ["annotator"]).id == 2
+
+
+def _utc(rows: list[tuple]) -> list[tuple]:  # type: ignore[type-arg]
+    return [
+        tuple(
+            v.replace(tzinfo=UTC)
+            if isinstance(v, datetime) and v.tzinfo is None
+            else v.astimezone(UTC)
+            if isinstance(v, datetime)
+            else v
+            for v in row
+        )
+        for row in rows
+    ]
