@@ -219,3 +219,20 @@ def test_a_normal_run_has_its_collector(tmp_path: Path) -> None:
     script = detector(tmp_path, "import sys\nopen(sys.argv[1] + '/result.txt', 'w').write('0.5')\n")
     result = run_task(python_task(script, "{output}"))
     assert result.ok and result.collector_lost is False and result.outputs == {"result.txt": b"0.5"}
+
+
+@pytest.mark.parametrize("version", [(0, 7, 0), (0, 8, 0)])
+def test_an_older_bubblewrap_is_said_in_the_isolation_line(
+    monkeypatch: pytest.MonkeyPatch, version: tuple[int, ...]
+) -> None:
+    from assay.runner import isolation
+
+    monkeypatch.setattr(isolation, "bwrap_version", lambda: version)
+    monkeypatch.setattr(isolation, "nested_userns_disabled", lambda: version >= (0, 8))
+    argv, described = isolation.wrap("bwrap", ["true"], isolation.Mounts())
+    if version < (0, 8):
+        assert "--disable-userns" not in argv and "--unshare-user-try" in argv
+        assert "nested user namespaces NOT disabled (bubblewrap 0.7.0; 0.8 or later can)" in described
+    else:
+        assert argv[argv.index("--disable-userns") - 1] == "--unshare-user"
+        assert "no nested user namespaces" in described
