@@ -177,7 +177,7 @@ def test_api_csv_download_and_the_command_line_report(themed, tmp_path: Path, mo
         assert call("olga", "settle", key=keys[2], label="Loans")[0] == 400  # she labelled it
         assert call("rita", "label", key=keys[3], label="x")[0] == 403
         assert call("anna", "label", key=keys[3], label="x", extra="1")[0] == 422
-        assert call("anna", "dance", key=keys[3], label="x")[0] == 422  # label or settle only
+        assert call("anna", "dance", key=keys[3], label="x")[0] == 404  # label or settle only: no such path
         assert call("arno", "settle", key=keys[2], label="Loans") == (
             200,
             {"key": keys[2], "status": "settled"},
