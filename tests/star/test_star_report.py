@@ -322,3 +322,12 @@ def test_every_table_column_and_summary_field_is_documented() -> None:
     missing += [f"summary {key}" for key in fields if f"`{key}`" not in doc]
     missing += [f"note for version {v}" for v in contract.NOTES if f"schema_version {v}" not in doc]
     assert not missing, missing
+
+
+def test_the_web_build_defaults_to_the_command_lines_min_n() -> None:
+    """reporting.DEFAULT_MIN_N is written out (the web app starts without statsmodels): it must stay the
+    analysis default, which `assay star report --min-n` also defaults to."""
+    from assay.star import reporting
+    from assay.star.analysis.inference import DEFAULT_MIN_N
+
+    assert reporting.DEFAULT_MIN_N == reporting.ReportOptions().min_n == DEFAULT_MIN_N
