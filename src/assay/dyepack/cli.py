@@ -261,8 +261,10 @@ def show_audit(audit: StealthAudit) -> None:
 
 @app.command()
 def verify(
-    model: str = typer.Argument(
-        ..., help="Model spec: hf:PATH, openai:BASE_URL, vllm:PATH or python:MODULE:FUNC."
+    model: str | None = typer.Argument(
+        None,
+        help="Model spec: hf:PATH, openai:BASE_URL, vllm:PATH or python:MODULE:FUNC (with --from-log: "
+        "the model's name for the report, optional).",
     ),
     release: Path = typer.Option(..., help="The released benchmark."),
     key: Path = typer.Option(..., help="The secret key written by prepare."),
@@ -294,6 +296,12 @@ def verify(
         help="Ask through lm-evaluation-harness: a task YAML (or a task lm-eval ships) and its HFLM "
         "(hf: models, multiple_choice tasks; pip install 'assay[lm-eval]').",
     ),
+    from_log: Path | None = typer.Option(
+        None,
+        "--from-log",
+        help="Judge the answers in a log instead of querying a model: an lm-eval --log_samples JSONL "
+        "(samples matched to rows by content) or a CSV/JSONL answer sheet with id and response.",
+    ),
     formats: str | None = typer.Option(
         None,
         "--formats",
@@ -319,13 +327,20 @@ def verify(
         parse_layouts,
         release_format,
         verify_layouts,
-        write_outputs,
     )
     from assay.dyepack.verify import verify as run_verify
     from assay.models import CachedModel, GenerationParams, ResponseCache, load_model
 
     secret = load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
+    if from_log is not None:
+        from assay.dyepack.fromlog import verify_from_log
+
+        report, audit = verify_from_log(from_log, bench, secret, alpha, model)
+        write_and_show(out, report, audit, as_json)
+        return
+    if model is None:
+        raise UserError("give a MODEL to query, or --from-log FILE to judge a log's answers")
     label = f"{model} ({model_name})" if model_name else model
     if lm_eval_task is not None:
         report, audit = verify_through_lm_eval(model, label, bench, secret, lm_eval_task, alpha, fewshot)
@@ -363,6 +378,12 @@ def verify(
                 )
             else:
                 report, audit = run_verify(backend, label, bench, secret, params, alpha, advance, fmt)
+    write_and_show(out, report, audit, as_json)
+
+
+def write_and_show(out: Path, report: VerifyReport, audit: list[dict], as_json: bool) -> None:
+    from assay.dyepack.verify import write_outputs
+
     summary_path, audit_path = write_outputs(out, report, audit)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
