@@ -21,7 +21,8 @@ import pandas as pd
 SCHEMA_VERSION = 2
 NOTES = {
     1: "the release before the clustered tests: in_group_annotation and red_team_success had the naive "
-    "z-test as `z` and `p_value`; odds_ratios and interactions had no clustered columns",
+    "z-test as `z` and `p_value`; odds_ratios had no `measure`, `pooled`, `p_value` or `reason`; "
+    "interactions had `lr`, `df`, a naive `p_value` and `skipped` only",
     2: "`p_value` is the default test that respects clustering (`statistic`, `df`, `method`, `n_clusters`); "
     "the naive test moved to `naive_z` / `naive_p`; `measure` (targeted or any rule) and `pooled` added; "
     "summary.json has `schema_version` and `settings`",
