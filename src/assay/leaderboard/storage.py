@@ -115,6 +115,16 @@ def _zip_kind(member: zipfile.ZipInfo) -> str:
     return "dir" if member.is_dir() else "file"
 
 
+def check_tar_members(members: Iterable[tarfile.TarInfo], source: object) -> None:
+    """``check_members`` over a tar's headers (for an unpacker that has read them already)."""
+    check_members(((m.name, _tar_kind(m), m.linkname) for m in members), source)
+
+
+def check_zip_members(members: Iterable[zipfile.ZipInfo], source: object) -> None:
+    """``check_members`` over a zip's entries (for an unpacker that has read them already)."""
+    check_members(((m.filename, _zip_kind(m), "") for m in members), source)
+
+
 def _members(path: Path) -> Iterable[tuple[str, str, str]]:
     """(name, kind, link target) of each member of the zip or tar at ``path``, header by header."""
     if zipfile.is_zipfile(path):
