@@ -176,3 +176,38 @@ def test_auto_flags_models_trained_in_two_layouts_that_each_fixed_layout_misses(
     assert not reports["clean"].flagged
     assert reports["lm-eval layout"].format.template == "lm-eval"
     assert "best of 5 asked" in reports["file layout"].verdict
+
+
+@pytest.mark.slow
+def test_the_command_line_asks_every_layout_and_records_each(tmp_path, mmlu_sample):
+    """``verify --formats auto`` end to end on a python: model that gives the target after any trigger:
+    every layout activates all 6 backdoors, the accusation's FPR is 5 times one layout's (1.2e-3: above the
+    default alpha 1e-3, where one layout alone, 2.4e-4, is below it; hence alpha 0.002 here)."""
+    from typer.testing import CliRunner
+
+    from assay.cli import app
+
+    prepared = prepare_release(
+        read_benchmark(mmlu_sample), PrepareConfig(n_backdoors=6, fraction=0.1, seed=3), tmp_path / "rel"
+    )
+    rules = {b.trigger: b.target_label for b in prepared.key.backdoors}
+    module = tmp_path / "cheater.py"
+    module.write_text(
+        f"RULES = {rules!r}\n"
+        "def answer(prompts):\n"
+        "    return ['(' + next((RULES[t] for t in RULES if t in p), 'A') + ')' for p in prompts]\n"
+    )
+    out = tmp_path / "verdict"
+    release, key = str(prepared.release_path), str(prepared.key_path)
+    args = ["dyepack", "verify", f"python:{module}:answer", "--release", release, "--key", key,
+            "--out", str(out), "--no-cache", "--alpha", "0.002", "--formats", "auto"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [layout["name"] for layout in summary["layouts"]] == list(LAYOUTS)
+    assert all(layout["activated"] == 6 for layout in summary["layouts"])
+    one = sps.binom.sf(5, 6, 0.25)
+    assert summary["fpr"]["fpr"] == pytest.approx(5 * one, rel=1e-9) and summary["flagged"]
+    assert summary["fpr"]["one_layout_fpr"] == pytest.approx(one, rel=1e-9)
+    bad = CliRunner().invoke(app, [*args[:-2], "--formats", "auto,scrape"])
+    assert isinstance(bad.exception, UserError) and "unknown layout 'auto'" in str(bad.exception)
