@@ -3,6 +3,7 @@ folder of 4 empty models per split, and finished jobs scored by the harness's ow
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,21 +18,22 @@ TRUTH = {"id-00000000": 0, "id-00000001": 1, "id-00000002": 0, "id-00000003": 1}
 ANSWERS = {"id-00000000": 0.2, "id-00000001": 0.9, "id-00000002": 0.4, "id-00000003": 0.6}
 
 
-def fake_splits(root: Path) -> Path:
-    """An ``assay zoo split`` folder: train, test, holdout (with sequestered views), 4 models each."""
+def fake_splits(root: Path, truth_of: dict[str, int] = TRUTH) -> Path:
+    """An ``assay zoo split`` folder: train, test, holdout (with sequestered views), 4 models each (or the
+    models of ``truth_of``)."""
     root.mkdir(parents=True)
     (root / "split.json").write_text("{}")
     for split in ("train", "test", "holdout"):
         views = (split,) if split == "train" else (split, f"{split}-sequestered")
         for view in views:
-            for name, truth in TRUTH.items():
+            for name, truth in truth_of.items():
                 model = root / view / "models" / name
                 model.mkdir(parents=True)
                 (model / "model.pt").write_bytes(b"")
                 if view == split:
                     (model / "ground_truth.csv").write_text(f"{truth}\n")
         rows = [
-            f"{name},{'cnn' if i < 2 else 'mlp'},{truth}" for i, (name, truth) in enumerate(TRUTH.items())
+            f"{name},{'cnn' if i < 2 else 'mlp'},{truth}" for i, (name, truth) in enumerate(truth_of.items())
         ]
         (root / split / "METADATA.csv").write_text("model_name,architecture,poisoned\n" + "\n".join(rows))
     return root
@@ -47,7 +49,7 @@ def scored(
             team=rounds.get_team(session, team),
             split=rounds.get_split(round_, split),
             artifact_path="/nowhere",
-            artifact_sha256=f"{team}-{split}-{sorted(answers.items())}",
+            artifact_sha256=hashlib.sha256(f"{team}-{split}-{sorted(answers.items())}".encode()).hexdigest(),
             technique=f"{team}-technique",
             status="done",
             submitted_at=utcnow() - timedelta(hours=ago_h),

@@ -52,9 +52,9 @@ def fake_detector(folder: Path, body: str, technique: str = "fake") -> Path:
     return folder
 
 
-def model_value(name: str) -> float:
-    """What the deterministic fake detector answers for a model folder name."""
-    return int(hashlib.sha256(name.encode()).hexdigest()[:4], 16) / 65535
+def model_value(model_pt: Path) -> float:
+    """What the deterministic fake detector answers for a model: fixed by its file's bytes."""
+    return int(hashlib.sha256(model_pt.read_bytes()).hexdigest()[:4], 16) / 65535
 
 
 def deterministic(sleep_s: float = 0.0) -> str:
@@ -65,9 +65,9 @@ def deterministic(sleep_s: float = 0.0) -> str:
     """
     return (
         "assert len(os.listdir(args.examples_dirpath)) == 21  # 20 clean examples and labels.csv\n"
-        "name = os.environ['ASSAY_MODEL_NAME']  # the harness names the model; its folder is not visible\n"
+        "data = open(args.model_filepath, 'rb').read()  # nothing names the model; its bytes identify it\n"
         f"time.sleep({sleep_s!r})\n"
-        "value = int(hashlib.sha256(name.encode()).hexdigest()[:4], 16) / 65535\n"
+        "value = int(hashlib.sha256(data).hexdigest()[:4], 16) / 65535\n"
         "open(args.result_filepath, 'w').write(repr(value))\n"
     )
 
@@ -231,7 +231,7 @@ def test_hidden_ground_truth_cannot_be_read(board, small_round: Path, tmp_path: 
         assert {r.stdout.strip() for r in job.results} == {"read: unreadable"}
 
 
-def test_killed_worker_resumes_without_duplicates(board, tmp_path: Path) -> None:
+def test_killed_worker_resumes_without_duplicates(board, small_round: Path, tmp_path: Path) -> None:
     sessions, artifacts = board
     made = _submit(
         sessions, artifacts, "alpha", fake_detector(tmp_path / "slow", deterministic(1.5)), split="train"
@@ -257,7 +257,10 @@ def test_killed_worker_resumes_without_duplicates(board, tmp_path: Path) -> None
         assert job.status == "done" and job.attempts == 2
         values = {r.model_name: r.value for r in job.results}
         assert len(job.results) == len(values) == 10
-        assert values == {name: pytest.approx(model_value(name), abs=1e-15) for name in values}
+        models = small_round / "splits" / "train" / "models"
+        assert values == {
+            name: pytest.approx(model_value(models / name / "model.pt"), abs=1e-15) for name in values
+        }
 
 
 def test_cli_round_trip(small_round: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from assay.leaderboard.worker import work
 from assay.runner import LocalExecutor
 from assay.stats import cross_entropy
 from assay.store import Job, Submission, open_store
+from assay.store.models import Round
 from container_image import (
     ENTRYPOINT,
     METAPARAMETERS,
@@ -144,8 +145,9 @@ def test_malformed_images_are_one_line_errors(
         with pytest.raises(UserError, match=message) as caught:
             submit(sessions, artifacts, "alpha", archive)
         assert "\n" not in str(caught.value)
-    # the archive within the limit but its layers unpacking past it (a gzip layer of zeros)
-    monkeypatch.setattr(submissions, "MAX_ARTIFACT_BYTES", 4 * 2**20)
+    # the archive within the round's image limit but its layers unpacking past it (a gzip layer of zeros)
+    with sessions.begin() as session:
+        session.scalars(select(Round)).one().image_bytes = 4 * 2**20
     bomb = handmade_archive(
         tmp_path / "bomb.tar", [GOOD_FILES, {"zeros": bytes(8 * 2**20)}], ENTRY, compress=True
     )

@@ -170,7 +170,19 @@ def round_create(
     allow_unisolated: bool = typer.Option(
         False,
         "--allow-unisolated",
-        help="Run test/holdout jobs even where no bubblewrap isolation is available; logged on every job.",
+        help="Run practice (train/smoke) jobs even where no bubblewrap isolation is available; logged on "
+        "each such job. Test and holdout jobs never run unisolated.",
+    ),
+    leak_bits: float = typer.Option(
+        8.0,
+        "--leak-bits",
+        min=0,
+        max=64,
+        help="Bits about the test labels one test submission may reveal to its team while the round is "
+        "open: its score is shown as a bin holding >= 2^(n - bits) label vectors (docs/leaderboard.md).",
+    ),
+    max_image_gb: float = typer.Option(
+        8.0, "--max-image-gb", min=0.001, help="Largest container image a team may submit."
     ),
     infer_word: bool = typer.Option(
         False,
@@ -208,6 +220,8 @@ def round_create(
             scratch_bytes=round(scratch_gb * 2**30),
             max_processes=max_processes,
             allow_unisolated=allow_unisolated,
+            leak_bits=leak_bits,
+            image_bytes=round(max_image_gb * 2**30),
             infer_word=infer_word,
             source_dataset=source_dataset,
             metric=metric,
@@ -399,6 +413,9 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -
 
 def _render_standings(table: views.StandingsOut) -> None:
     title = f"{table.round}: {table.split}"
+    if any("shown_high" in r.metrics for r in table.rows):
+        _render_sealed(table, title)
+        return
     grid = Table("#", "team", "technique", "CE", "±95%", "AUC", "Brier", "flagged", title=title)
     for r in table.rows:
         m = r.metrics
@@ -410,6 +427,29 @@ def _render_standings(table: views.StandingsOut) -> None:
                 _cell(m.get(k) if m.get(k) is not None else math.nan)
                 for k in ("cross_entropy", "ce_ci_95", "roc_auc", "brier")
             ),
+            str(r.flagged_models),
+        )
+    console.print(grid)
+
+
+def _shown(metrics: dict[str, float | None], metric: str) -> str:
+    """A disclosed score in words: the interval, and how few random label vectors score as well."""
+    low, high, share = (metrics.get(f"shown_{k}") for k in ("low", "high", "share"))
+    if low is None or high is None or share is None:
+        return "not shown until the round closes"
+    return f"{metric} in [{low:.4f}, {high:.4f}]; top {100 * share:.3g}% of label vectors"
+
+
+def _render_sealed(table: views.StandingsOut, title: str) -> None:
+    grid = Table("#", "team", "technique", f"{table.metric} (disclosed)", "bits", "flagged", title=title)
+    for r in table.rows:
+        bits = r.metrics.get("shown_bits")
+        grid.add_row(
+            str(r.rank),
+            r.team,
+            r.technique,
+            _shown(r.metrics, table.metric),
+            "" if bits is None else f"{bits:.2f}",
             str(r.flagged_models),
         )
     console.print(grid)
@@ -430,7 +470,7 @@ def show(
     with _sessions()() as session:
         viewer = views.team_viewer(session, as_team)
         table = views.standings_view(session, viewer, round_name, split, best=not all_submissions)
-        trend = publish.progress(session, table.round)
+        trend = publish.progress(session, table.round, public=not views.is_organiser(viewer))
     if json_out:
         console.print(publish.to_json(table.rows), highlight=False, markup=False)
         return
@@ -445,7 +485,8 @@ def export(
     round_name: str = typer.Argument(..., help="Round name."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for standings CSV/JSON and index.html."),
 ) -> None:
-    """Write standings (CSV, JSON; best per team and all) and a static HTML page with ROC plots.
+    """Write standings (CSV, JSON; best per team and all) and a static HTML page with ROC plots, as anyone
+    may see them: while the round is open, test rows carry their disclosed scores only.
 
     Example: assay leaderboard export r1 --out site/
     """
@@ -454,10 +495,10 @@ def export(
         splits = ("test", "holdout")
         for split in splits:
             for best, suffix in ((True, "best"), (False, "all")):
-                rows = publish.standings(session, round_name, split, best_per_team=best)
+                rows = publish.standings(session, round_name, split, best_per_team=best, public=True)
                 files[f"{split}-{suffix}.csv"] = publish.to_csv(rows)
                 files[f"{split}-{suffix}.json"] = publish.to_json(rows)
-        files["index.html"] = publish.to_html(session, round_name)
+        files["index.html"] = publish.to_html(session, round_name, public=True)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for name, text in files.items():
@@ -474,6 +515,11 @@ def _render_results(record: views.SubmissionOut, logs: bool) -> None:
         f"submission {record.id} ({record.team}) on {record.round}/{record.split}: {record.status}",
         highlight=False,
     )
+    if record.sealed:
+        console.print(f"score: {_shown(record.metrics, 'score')}", highlight=False)
+    if record.flag_counts and record.detail != "full":
+        counts = ", ".join(f"{n} {flag or 'ok'}" for flag, n in record.flag_counts.items())
+        console.print(f"models by flag: {counts} (which model carries which is not shared)", highlight=False)
     if record.detail == "aggregate":
         console.print(f"per-model results of the {record.split} split are not shared", highlight=False)
     if logs and record.detail != "full":

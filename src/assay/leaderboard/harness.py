@@ -3,12 +3,14 @@
 Per model the sandbox is built from nothing but an allow-list (``assay.runner``): that model's ``model.pt``,
 ``reduced-config.json`` and clean examples, the detector itself, the round's public training split, and the
 runtime. The round folder (all ground truth), the store, ``ASSAY_HOME``, other rounds and the rest of the
-host do not exist inside. Test and holdout jobs refuse to run where bwrap is missing, unless the round
-allows it (logged on the job). The total time limit is one deadline from the job's first claim, enforced
+host do not exist inside, and no path, argument or variable names the model. Every job refuses to run where
+bwrap is missing; a round may allow unisolated practice (train/smoke) jobs, logged on each, never test or
+holdout. The total time limit is one deadline from the job's first claim, enforced
 inside every model run. Models run in an order shuffled by the job id. Each result is committed as it
 arrives, so a job interrupted at any moment resumes with the models still missing. Output that is missing,
 unparseable, NaN or outside [0, 1] scores as 0.5 and carries NIST's flag; a run stopped for memory carries
-``:Memory:``.
+``:Memory:``. A result file is read as NIST reads it (its first line). A test job's score is also stored as
+its disclosed form (``disclosure``), the only one its team sees while the round is open.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from assay.leaderboard.disclosure import disclosed_metrics
 from assay.leaderboard.rounds import split_models
 from assay.leaderboard.scoring import read_metadata, read_truth, score
 from assay.leaderboard.submissions import stored_image
@@ -41,8 +44,21 @@ MODEL_FILES = ("model.pt", "model.safetensors", "reduced-config.json", "clean-ex
 LOG_LIMIT = 64 * 1024
 
 
+def storable(text: str) -> str:
+    """Detector text made safe for every database: PostgreSQL's text type cannot hold NUL characters.
+
+    Undecodable bytes were already replaced when the output was decoded (U+FFFD); NUL becomes U+FFFD too,
+    so a detector that prints one loses nothing but that character, on SQLite and PostgreSQL alike.
+    """
+    return text.replace("\x00", "\ufffd")
+
+
 def parse_result(result: TaskResult) -> tuple[float, str, str | None]:
-    """The value scored, NIST's flag ("" when fine), and the raw output text."""
+    """The value scored, NIST's flag ("" when fine), and the raw output text (the whole file, cut to 200).
+
+    NIST's harness reads the first line of the result file, so a value followed by more lines scores;
+    ``extra_lines`` lets the job log say so.
+    """
     if result.timed_out:
         return DEFAULT_VALUE, TIMEOUT_FLAG, None
     if result.killed_for_memory:
@@ -50,14 +66,22 @@ def parse_result(result: TaskResult) -> tuple[float, str, str | None]:
     raw = result.outputs.get("result.txt")
     if raw is None:
         return DEFAULT_VALUE, MISSING_FLAG, None
-    text = raw.decode("utf-8", errors="replace").strip()[:200]
+    text = storable(raw.decode("utf-8", errors="replace"))
+    first = text.splitlines()[0].strip() if text.strip() else ""
     try:
-        value = float(text)
+        value = float(first)
     except ValueError:
-        return DEFAULT_VALUE, PARSE_FLAG, text
+        return DEFAULT_VALUE, PARSE_FLAG, text.strip()[:200]
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        return DEFAULT_VALUE, PARSE_FLAG, text
-    return value, "", text
+        return DEFAULT_VALUE, PARSE_FLAG, text.strip()[:200]
+    return value, "", text.strip()[:200]
+
+
+def extra_lines(raw: bytes | None) -> int:
+    """Non-blank lines after the first in a result file: NIST ignores them; our job log warns."""
+    if raw is None:
+        return 0
+    return sum(1 for line in raw.decode("utf-8", errors="replace").splitlines()[1:] if line.strip())
 
 
 @dataclass(frozen=True)
@@ -131,11 +155,12 @@ def detector_task(
         stage["round-training-dataset"] = training
     if convention.source_dataset is not None:
         stage["source-dataset"] = convention.source_dataset
-    env = {
-        "ASSAY_MODEL_NAME": model_dir.name,  # TrojAI paths name the model; staged paths do not
-        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
-    }
-    return Task(key=model_dir.name, argv=argv, stage=stage, limits=limits, env=env, **fields)
+    # No model name anywhere the detector can read: staged paths are neutral, and so is the environment.
+    env = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    shared = frozenset({"detector", "round-training-dataset", "source-dataset"} & set(stage))
+    return Task(
+        key=model_dir.name, argv=argv, stage=stage, shared_stage=shared, limits=limits, env=env, **fields
+    )
 
 
 def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
@@ -167,18 +192,22 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
             "deadline": as_utc(job.started_at or utcnow()).timestamp() + round_.total_timeout_s,
             "total_timeout_s": round_.total_timeout_s,
             "allow_unisolated": round_.allow_unisolated,
+            "metric": round_.metric,
+            "leak_bits": round_.leak_bits,
         }
 
 
 def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) -> None:
     value, flag, raw = parse_result(result)
-    stderr = result.stderr
+    stderr = storable(result.stderr)
     if flag == MEMORY_FLAG:
         stderr += (
             f"\n[harness] stopped for memory: peak resident {result.peak_memory_bytes / 2**20:.0f} MiB\n"
         )
     elif result.deadline_reached:
         stderr += "\n[harness] stopped at the job's total time limit\n"
+    elif result.collector_lost:
+        stderr += "\n[harness] the result collector was killed (by the detector?): results lost\n"
     with sessions.begin() as session:
         session.add(
             ModelResult(
@@ -189,7 +218,7 @@ def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) ->
                 flags=flag,
                 exit_code=result.exit_code,
                 wall_seconds=result.wall_seconds,
-                stdout=result.stdout[-LOG_LIMIT:],
+                stdout=storable(result.stdout)[-LOG_LIMIT:],
                 stderr=stderr[-LOG_LIMIT:],
             )
         )
@@ -207,16 +236,19 @@ def _note(sessions: sessionmaker[Session], job_id: int, line: str) -> None:
 
 
 def _sealing(context: dict, sessions: sessionmaker[Session], job_id: int) -> bool:
-    """Whether the job's tasks must run under bwrap; an organiser's override is written to the job log."""
-    if context["split"] not in SEALED_SPLITS:
-        return False
-    if context["allow_unisolated"] and isolation_available() != "bwrap":
+    """Whether the job's tasks must run under bwrap: every job, unless the round allows unisolated practice
+    and this is a practice (train/smoke) job; that override is written to the job log, and test and holdout
+    jobs never take it (an open detector could read the sequestered truth and the database)."""
+    if context["split"] in SEALED_SPLITS or not context["allow_unisolated"]:
+        return True
+    if isolation_available() != "bwrap":
         _note(
             sessions,
             job_id,
-            f"override: the round allows unisolated runs; isolation here: {isolation_available()}",
+            "override: the round allows unisolated practice runs; this job ran with isolation "
+            f"{isolation_available()!r}, its detector could read this machine's files",
         )
-    return not context["allow_unisolated"]
+    return False
 
 
 def run_models(
@@ -254,6 +286,8 @@ def run_models(
         reached = reached or result.deadline_reached
         if result.exit_code is None and result.deadline_reached:
             return  # never started: scored as missing, like NIST's models a job did not reach
+        if extra_lines(result.outputs.get("result.txt")):
+            _note(sessions, job_id, "warning: a result file had lines after the first; scored its first line")
         _record(sessions, job_id, result)
         if on_model is not None:
             on_model(result.key)
@@ -282,9 +316,13 @@ def score_job(sessions: sessionmaker[Session], job_id: int) -> None:
         if metadata is not None:
             metadata = {m: row for m, row in metadata.items() if m in models}
         report = score(predictions, truth, metadata)
+        overall = dict(report.overall)
+        if context["split"] == "test":
+            scored = {m: predictions.get(m, DEFAULT_VALUE) for m in truth}
+            overall.update(disclosed_metrics(scored, truth, context["metric"], context["leak_bits"]))
         job.metrics.clear()
         session.flush()
-        for name, value in report.overall.items():
+        for name, value in overall.items():
             job.metrics.append(MetricResult(name=name, value=_finite(value)))
         for column, groups in report.groups.items():
             for group, metrics in groups.items():

@@ -20,12 +20,14 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from assay.leaderboard.disclosure import PREFIX, is_sealed, public_metrics, public_rank_key
 from assay.leaderboard.rounds import get_round, get_split
 from assay.stats.detection import roc_curve
 from assay.store.enums import JobStatus, RoundStatus
 from assay.store.models import Job, Round, Submission
 
 HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
+SHOWN = tuple(f"{PREFIX}{name}" for name in ("low", "high", "share", "bits"))  # a sealed row's numbers
 LOWER_IS_BETTER = {
     "cross_entropy": True,
     "ce_ci_95": True,
@@ -70,10 +72,16 @@ def _metric_key(metric: str):  # type: ignore[no-untyped-def]
 
 
 def standings(
-    session: Session, round_name: str, split_name: str, best_per_team: bool = True
+    session: Session, round_name: str, split_name: str, best_per_team: bool = True, public: bool = False
 ) -> list[Standing]:
-    """Ranked rows of finished jobs on the split; holdout only once the round has closed."""
+    """Ranked rows of finished jobs on the split; holdout only once the round has closed.
+
+    ``public``: the rows as anyone but the organisers sees them. On a sealed split (the test split of an
+    open round) each row then carries only its disclosed score, and rows are ranked, and each team's best
+    chosen, by it alone, so neither the order nor the choice says more than the shown numbers.
+    """
     round_ = get_round(session, round_name)
+    sealed = public and is_sealed(round_, split_name)
     split = get_split(round_, split_name)
     if split_name == "holdout" and round_.status not in (RoundStatus.CLOSED, RoundStatus.ARCHIVED):
         return []
@@ -89,18 +97,28 @@ def standings(
             technique=job.submission.technique,
             submitted_at=job.submission.submitted_at,
             status=job.status,
-            metrics={m.name: m.value for m in job.metrics if not m.group_column},
+            metrics=_overall(job, public, sealed),
             flagged_models=sum(bool(r.flags) for r in job.results),
         )
         for job in jobs
     ]
-    rows.sort(key=_metric_key(round_.metric))
+    rows.sort(key=_sealed_key if sealed else _metric_key(round_.metric))
     if best_per_team:
         seen: set[str] = set()
         rows = [r for r in rows if not (r.team in seen or seen.add(r.team))]  # type: ignore[func-returns-value]
     for rank, row in enumerate(rows, start=1):
         row.rank = rank
     return rows
+
+
+def _overall(job: Job, public: bool, sealed: bool) -> dict[str, float | None]:
+    """A job's overall metrics: all for organisers, the public ones (``disclosure.public_metrics``) else."""
+    overall = {m.name: m.value for m in job.metrics if not m.group_column}
+    return public_metrics(overall, sealed) if public else overall
+
+
+def _sealed_key(row: Standing) -> tuple[float, float, datetime]:
+    return (*public_rank_key(row.metrics), row.submitted_at)
 
 
 class Progress(BaseModel):
@@ -113,23 +131,28 @@ class Progress(BaseModel):
     improvement_in_window: float | None
 
 
-def progress(session: Session, round_name: str, now: datetime | None = None) -> Progress:
-    """Running best of the round's metric on the test split, as NIST's summary plots it."""
+def progress(
+    session: Session, round_name: str, now: datetime | None = None, public: bool = False
+) -> Progress:
+    """Running best of the round's metric on the test split, as NIST's summary plots it.
+
+    ``public`` (a sealed test split): the running best of the disclosed upper bound, the one number there.
+    """
     round_ = get_round(session, round_name)
-    rows = sorted(standings(session, round_name, "test", best_per_team=False), key=lambda r: r.submitted_at)
+    every = standings(session, round_name, "test", best_per_team=False, public=public)
+    rows = sorted(every, key=lambda r: r.submitted_at)
+    metric = f"{PREFIX}high" if public and is_sealed(round_, "test") else round_.metric
     lower = lower_is_better(round_.metric)
     better = min if lower else max
     overall: list[tuple[datetime, float]] = []
     teams: dict[str, list[tuple[datetime, float]]] = {}
     for row in rows:
-        value = row.metrics.get(round_.metric)
+        value = row.metrics.get(metric)
         if value is None:
             continue
         for series in (overall, teams.setdefault(row.team, [])):
             series.append((row.submitted_at, better(value, series[-1][1]) if series else value))
-    return Progress(
-        metric=round_.metric, overall=overall, teams=teams, **_plateau(round_, overall, lower, now)
-    )
+    return Progress(metric=metric, overall=overall, teams=teams, **_plateau(round_, overall, lower, now))
 
 
 def _plateau(round_: Round, overall: list[tuple[datetime, float]], lower: bool, now: datetime | None) -> dict:
@@ -165,13 +188,19 @@ def to_csv(rows: list[Standing]) -> str:
     """Standings as CSV, one column per headline metric."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["rank", "team", "submission_id", "technique", "submitted_at", "status", *HEADLINE])
+    columns = _columns(rows)
+    writer.writerow(["rank", "team", "submission_id", "technique", "submitted_at", "status", *columns])
     for r in rows:
-        values = [r.metrics.get(m) for m in HEADLINE]
+        values = [r.metrics.get(m) for m in columns]
         writer.writerow(
             [r.rank, r.team, r.submission_id, r.technique, r.submitted_at.isoformat(), r.status, *values]
         )
     return out.getvalue()
+
+
+def _columns(rows: list[Standing]) -> tuple[str, ...]:
+    """The metric columns of a table: the disclosed ones where the rows are sealed, the headline else."""
+    return SHOWN if any(name in r.metrics for r in rows for name in SHOWN) else HEADLINE
 
 
 def to_json(rows: list[Standing]) -> str:
@@ -198,26 +227,31 @@ def roc_svg(session: Session, submission_id: int, size: int = 160) -> str:
 
 
 def _table(title: str, rows: list[Standing], rocs: dict[int, str]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", "team", "technique", *HEADLINE, "ROC"))
+    columns = _columns(rows)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", "team", "technique", *columns, "ROC"))
     body = []
     for r in rows:
         cells = [str(r.rank), html.escape(r.team), html.escape(r.technique)]
-        cells += ["" if r.metrics.get(m) is None else f"{r.metrics[m]:.4f}" for m in HEADLINE]
+        cells += ["" if r.metrics.get(m) is None else f"{r.metrics[m]:.4f}" for m in columns]
         cells.append(rocs.get(r.submission_id, ""))
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     empty = '<tr><td colspan="10"><em>no results yet</em></td></tr>'
     return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(body) or empty}</table>"
 
 
-def to_html(session: Session, round_name: str) -> str:
-    """A self-contained page (inline CSS and SVG, no scripts) with the round's test and holdout standings."""
+def to_html(session: Session, round_name: str, public: bool = True) -> str:
+    """A self-contained page (inline CSS and SVG, no scripts) with the round's test and holdout standings,
+    as anyone may see them (``public``; no ROC curves of a sealed split) or as the organisers do."""
     round_ = get_round(session, round_name)
     sections = []
     for split in ("test", "holdout"):
-        rows = standings(session, round_name, split)
-        rocs = {r.submission_id: _svg_roc(roc_points(session, r.submission_id)) for r in rows}
+        rows = standings(session, round_name, split, public=public)
+        sealed = public and is_sealed(round_, split)
+        rocs = (
+            {} if sealed else {r.submission_id: _svg_roc(roc_points(session, r.submission_id)) for r in rows}
+        )
         sections.append(_table(f"{split} split: best per team", rows, rocs))
-    trend = progress(session, round_name)
+    trend = progress(session, round_name, public=public)
     plateau = "plateau reached" if trend.plateaued else "still improving"
     style = (
         "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"

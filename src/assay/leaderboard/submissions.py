@@ -69,12 +69,11 @@ def _no_check(size: int) -> None:
     """The default ``unpack`` size check: none beyond the fixed limits."""
 
 
-def _check_sizes(sizes: list[int], source: Path) -> None:
+def _check_sizes(sizes: list[int], source: Path, limit: int = MAX_ARTIFACT_BYTES) -> None:
     if len(sizes) > MAX_ARTIFACT_FILES:
         raise UserError(f"{source}: holds at least {len(sizes)} files; the limit is {MAX_ARTIFACT_FILES}")
-    if sum(sizes) > MAX_ARTIFACT_BYTES:
-        total = sum(sizes)
-        raise UserError(f"{source}: unpacks to at least {total} bytes; the limit is {MAX_ARTIFACT_BYTES}")
+    if sum(sizes) > limit:
+        raise UserError(f"{source}: unpacks to at least {sum(sizes)} bytes; the limit is {limit}")
 
 
 def _kept_bytes(files: list[tuple[str, int]]) -> int:
@@ -163,16 +162,17 @@ def _extract_tar(artifact: Path, dest: Path, check: Callable[[int], None]) -> No
             raise UserError(f"{artifact}: unsafe archive member ({exc})") from None
 
 
-def _take_image(artifact: Path, dest: Path, check: Callable[[int], None], name: str) -> Path:
+def _take_image(artifact: Path, dest: Path, check: Callable[[int], None], name: str, limit: int) -> Path:
     """Keep a container image as sent (``dest/image.tar`` or ``dest/image.sif``) once it is known to be one
-    image with something to run, within the size limit and ``check``; ``validate`` reads its layers."""
+    image with something to run, within the round's image limit and ``check``; ``validate`` reads its
+    layers. Everything streams: an image of several GiB never sits in memory."""
     if name == SIF_IMAGE:
         try:
             sif_engine()
         except UserError as exc:
             raise UserError(f"{artifact}: {exc}") from None
     size = artifact.stat().st_size
-    _check_sizes([size], artifact)
+    _check_sizes([size], artifact, limit)
     check(size)
     if name == IMAGE_ARCHIVE and not read_archive(artifact).command:
         raise UserError(
@@ -201,19 +201,24 @@ def _drop_junk(root: Path) -> None:
             shutil.rmtree(junk)
 
 
-def unpack(artifact: Path, dest: Path, check: Callable[[int], None] = _no_check) -> Path:
+def unpack(
+    artifact: Path,
+    dest: Path,
+    check: Callable[[int], None] = _no_check,
+    image_limit: int = MAX_ARTIFACT_BYTES,
+) -> Path:
     """Copy or extract ``artifact`` into the empty folder ``dest``; return the detector's root folder.
 
     Archives are checked before anything is written: no absolute paths, no ``..``, no links or devices
     (zip link members refused, tar's ``data`` filter), within the size and file-count limits; then
     ``check`` gets the bytes that would be kept and may refuse (the storage quota). A folder holding any
     link is refused. An archive with one top folder is entered. A container image (an image archive or a
-    ``.sif``) is kept whole as ``dest/image.tar`` or ``dest/image.sif``.
+    ``.sif``) is kept whole as ``dest/image.tar`` or ``dest/image.sif``, up to ``image_limit`` bytes.
     """
     if artifact.suffix in CONTAINER_SUFFIXES:
-        return _take_image(artifact, dest, check, SIF_IMAGE)
+        return _take_image(artifact, dest, check, SIF_IMAGE, image_limit)
     if artifact.is_file() and archive_format(artifact) is not None:
-        return _take_image(artifact, dest, check, IMAGE_ARCHIVE)
+        return _take_image(artifact, dest, check, IMAGE_ARCHIVE, image_limit)
     if artifact.is_dir():
         _copy_folder(artifact, dest, check)
     elif zipfile.is_zipfile(artifact):
@@ -234,37 +239,40 @@ def digest(root: Path) -> str:
     hasher = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         hasher.update(path.relative_to(root).as_posix().encode() + b"\0")
-        hasher.update(path.read_bytes())
+        with path.open("rb") as handle:  # in chunks: a container image may be several GiB
+            for chunk in iter(lambda: handle.read(2**20), b""):
+                hasher.update(chunk)
         hasher.update(b"\0")
     return hasher.hexdigest()
 
 
-def validate(root: Path) -> tuple[list[str], str, list[str]]:
+def validate(root: Path, image_limit: int = MAX_ARTIFACT_BYTES) -> tuple[list[str], str, list[str]]:
     """Every problem with the detector at ``root`` (one line each), its technique name, and warnings (rules
-    of ours that NIST's harness does not enforce; written to the job's log)."""
+    of ours that NIST's harness does not enforce; written to the job's log); a container image may unpack
+    to ``image_limit`` bytes."""
     image = stored_image(root)
     if image is not None:
-        return _validate_image(Path(image))
+        return _validate_image(Path(image), image_limit)
     missing = [name for name in REQUIRED_FILES if not (root / name).is_file()]
     if missing:
         return [f"{name}: missing from the submission" for name in missing], "", []
     return _check_metaparameters(root)
 
 
-def _image_files(image: Path) -> tuple[dict[str, bytes | None], list[str]]:
+def _image_files(image: Path, limit: int) -> tuple[dict[str, bytes | None], list[str]]:
     """The metaparameter files at the root of a stored image, and what is wrong with the image itself."""
     if image.name == SIF_IMAGE:
         found = {name: read_sif_file(image, "/" + name) for name in IMAGE_FILES}
         return {name: data for name, data in found.items() if data is not None}, []
     try:
-        return read_archive(image, IMAGE_FILES, MAX_ARTIFACT_BYTES).root_files, []
+        return read_archive(image, IMAGE_FILES, limit).root_files, []
     except UserError as exc:
         return {}, [str(exc).replace(f"{image}: ", "")]
 
 
-def _validate_image(image: Path) -> tuple[list[str], str, list[str]]:
+def _validate_image(image: Path, limit: int) -> tuple[list[str], str, list[str]]:
     """``validate`` for a container image: its ``/metaparameters.json`` and schema, checked as a folder's."""
-    files, errors = _image_files(image)
+    files, errors = _image_files(image, limit)
     for name in IMAGE_FILES:
         if name not in files:
             errors.append(f"/{name}: missing from the image (NIST's harness reads it there)")
@@ -409,13 +417,14 @@ def submit(
         if local:  # podman:REF: the image as an archive, stored and judged as if it had been sent as one
             ref = str(artifact).removeprefix(PODMAN_PREFIX)
             artifact = Path(scratch) / IMAGE_ARCHIVE
-            save_local(ref, artifact, MAX_ARTIFACT_BYTES)
+            save_local(ref, artifact, round_.image_bytes)
         try:
-            root = unpack(artifact, Path(scratch) / "artifact", _quota_check(session, team, round_))
+            check = _quota_check(session, team, round_)
+            root = unpack(artifact, Path(scratch) / "artifact", check, image_limit=round_.image_bytes)
         except Refused as exc:
             return _record(session, Submission(team=team, split=split, artifact_sha256=""), now, [str(exc)])
         sha, size = digest(root), storage.tree_bytes(root)
-        errors, technique, warnings = validate(root)
+        errors, technique, warnings = validate(root, round_.image_bytes)
         errors = errors or _admission_errors(session, team, round_, split, sha, size, now)
         made = Submission(
             team=team, split=split, artifact_sha256=sha, artifact_bytes=size, technique=technique

@@ -13,9 +13,11 @@ organiser's tool on the server and asks as the organiser unless ``--as-team TEAM
 - A submission, its job and its logs: members of the submitting team and organisers; to anyone else the
   submission does not exist. How much detail the team sees depends on the split (``detail_level``): train
   and smoke, whose ground truth the team holds: everything (each model's answer, the truth, flags, exit code,
-  time, the detector's stderr, metrics by METADATA factor); test: the overall metrics, the ROC curve and each
-  model's NIST flag only (no answers, times or output, so a detector cannot carry facts about sequestered
-  models out); holdout: the overall metrics and ROC only. Organisers see everything.
+  time, the detector's stderr, metrics by METADATA factor); test: the disclosed score only while the round
+  is open (``disclosure``: at most the round's ``leak_bits`` bits about the test labels; no exact metric,
+  CI, ROC curve or group) and how many models carry each NIST flag, never which (a detector must not carry
+  facts about named sequestered models out); holdout: the overall metrics and ROC only. Organisers see
+  everything. Public standings and progress of an open round's test split use the disclosed scores alone.
 - The same files from another team (``duplicate_of``): named only to a viewer who may see the original,
   which for another team's submission is the organiser.
 - Uploads: members of a team (``submitting_team``); the queue and worker status: organisers.
@@ -33,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from assay.errors import UserError
 from assay.leaderboard import publish, rounds, submissions
+from assay.leaderboard.disclosure import is_sealed, public_metrics
 from assay.leaderboard.publish import Progress, Standing
 from assay.leaderboard.scoring import read_truth
 from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status
@@ -217,7 +220,9 @@ class SubmissionOut(BaseModel):
     duplicate_of: int | None
     job: JobProgress | None
     detail: Detail
+    sealed: bool  # the test split of an open round, as a non-organiser sees it: the disclosed score only
     metrics: dict[str, float | None]
+    flag_counts: dict[str, int]
     groups: dict[str, dict[str, dict[str, float | None]]]
     models: list[ModelRow]
     log: str
@@ -328,7 +333,7 @@ def standings_view(
         raise NotVisible(f"standings of the {split} split are for the organisers")
     if split == "holdout" and holdout_hidden(viewer, round_):
         raise NotVisible("holdout standings are published when the round closes")
-    rows = publish.standings(session, round_.name, split, best_per_team=best)
+    rows = publish.standings(session, round_.name, split, best_per_team=best, public=not is_organiser(viewer))
     return StandingsOut(round=round_.name, split=split, metric=round_.metric, best_per_team=best, rows=rows)
 
 
@@ -340,11 +345,10 @@ def _truth(submission: Submission) -> dict[str, int]:
 
 
 def _model_rows(submission: Submission, detail: Detail) -> list[ModelRow]:
-    if submission.job is None or detail == "aggregate":
+    """Per-model rows at "full" detail only: a flag by model name is a channel out of a sealed run."""
+    if submission.job is None or detail != "full":
         return []
     results = sorted(submission.job.results, key=lambda r: r.model_name)
-    if detail == "errors":
-        return [ModelRow(model=r.model_name, flags=r.flags) for r in results]
     truth = _truth(submission)
     return [
         ModelRow(
@@ -381,6 +385,16 @@ def _groups(rows: list[MetricRow], detail: Detail) -> dict[str, dict[str, dict[s
     return groups
 
 
+def _flag_counts(submission: Submission, detail: Detail) -> dict[str, int]:
+    """How many of the job's models carry each NIST flag ("" = none): the test split's only per-model fact."""
+    if submission.job is None or detail == "aggregate":
+        return {}
+    counts: dict[str, int] = {}
+    for result in submission.job.results:
+        counts[result.flags] = counts.get(result.flags, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def _duplicate_of(session: Session, viewer: Viewer, submission: Submission) -> int | None:
     """The original of the same files, named only if the viewer may see it."""
     if submission.duplicate_of_id is None:
@@ -394,6 +408,8 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
     detail = detail_level(viewer, submission)
     job = submission.job
     scores = _metric_rows(session, job)
+    overall = {name: score for name, column, _, score in scores if not column}
+    sealed = not is_organiser(viewer) and is_sealed(submission.split.round, submission.split.name)
     return SubmissionOut(
         id=submission.id,
         team=submission.team.name,
@@ -407,7 +423,9 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
         duplicate_of=_duplicate_of(session, viewer, submission),
         job=job_progress(session, job) if job is not None else None,
         detail=detail,
-        metrics={name: score for name, column, _, score in scores if not column},
+        sealed=sealed,
+        metrics=overall if is_organiser(viewer) else public_metrics(overall, sealed),
+        flag_counts=_flag_counts(submission, detail),
         groups=_groups(scores, detail),
         models=_model_rows(submission, detail),
         log=job.log if job is not None else "",
@@ -441,8 +459,9 @@ def submission_logs(session: Session, viewer: Viewer, submission_id: int) -> Sub
 
 
 def roc_svg(session: Session, record: SubmissionOut, size: int = 240) -> str:
-    """The ROC curve of a visible, scored submission as inline SVG; "" when unscored or its truth moved."""
-    if not record.metrics:
+    """The ROC curve of a visible, scored submission as inline SVG; "" when unscored, sealed (it would show
+    the labels' order against the detector's answers) or its truth moved."""
+    if not record.metrics or record.sealed:
         return ""
     try:
         return publish.roc_svg(session, record.id, size=size)
@@ -487,16 +506,21 @@ def round_board(session: Session, viewer: Viewer, name: str) -> RoundBoard:
     """The round page: test standings, holdout once the viewer may see it, the team's own submissions."""
     round_ = find_round(session, viewer, name)
     team = team_of(viewer)
-    every = publish.standings(session, round_.name, "test", best_per_team=False)
-    holdout = None if holdout_hidden(viewer, round_) else publish.standings(session, round_.name, "holdout")
+    public = not is_organiser(viewer)
+    every = publish.standings(session, round_.name, "test", best_per_team=False, public=public)
+    holdout = (
+        None
+        if holdout_hidden(viewer, round_)
+        else publish.standings(session, round_.name, "holdout", public=public)
+    )
     return RoundBoard(
         round=round_out(round_),
         team=team,
-        best=publish.standings(session, round_.name, "test"),
+        best=publish.standings(session, round_.name, "test", public=public),
         every=every,
         holdout=holdout,
         linkable={r.submission_id for r in every + (holdout or []) if may_open(viewer, r)},
-        trend=publish.progress(session, round_.name),
+        trend=publish.progress(session, round_.name, public=public),
         own=team_submissions(session, viewer, round_),
         window=window_reopens(session, team, round_) if team is not None else None,
     )

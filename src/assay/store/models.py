@@ -88,11 +88,15 @@ class Round(Base):
     quota_bytes: Mapped[int] = mapped_column(BigInteger, default=2 * 2**30, server_default=str(2 * 2**30))
     quota_artifacts: Mapped[int] = mapped_column(Integer, default=50, server_default="50")
     keep_practice: Mapped[int] = mapped_column(Integer, default=2, server_default="2")
-    # the sandbox (assay.leaderboard.harness): scratch space and processes per model run, and whether
-    # test/holdout jobs may run where no bubblewrap isolation is available
+    # the sandbox (assay.leaderboard.harness): scratch space and processes per model run
     scratch_bytes: Mapped[int] = mapped_column(BigInteger, default=2**30, server_default=str(2**30))
     max_processes: Mapped[int] = mapped_column(Integer, default=256, server_default="256")
+    # practice (train/smoke) jobs may run where bubblewrap is missing; test and holdout never do
     allow_unisolated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # bits about the test labels one test submission may reveal to its team while the round is open
+    # (assay.leaderboard.disclosure), and the largest container image a team may submit
+    leak_bits: Mapped[float] = mapped_column(Float, default=8.0, server_default="8")
+    image_bytes: Mapped[int] = mapped_column(BigInteger, default=8 * 2**30, server_default=str(8 * 2**30))
     # the TrojAI calling convention (assay.leaderboard.harness): NIST calls detectors without the `infer`
     # word; rounds made before this setting keep it (server default). A source data folder, where the round
     # has one, is passed as --source_dataset_dirpath.

@@ -1,0 +1,179 @@
+"""How much a shown score reveals about hidden labels, and scores coarsened so it reveals at most ``bits``.
+
+A detector's score on sequestered models is a function of its own answers ``p`` (which its team knows) and
+the hidden labels ``y``. Shown exactly, one cross entropy can single out ``y`` among all 2^n label vectors:
+a probe whose answers make every label vector score differently reads the whole answer key from one number.
+The measure used here is the attacker's own: given ``p``, how many label vectors agree with what is shown.
+Showing something consistent with at least 2^(n - bits) of them reveals at most ``bits`` bits.
+
+The mechanism: sort all 2^n label vectors by the score they would give ``p`` and cut that order into
+consecutive bins of at least 2^(n - bits) vectors each (about 2^bits bins). The cut depends on ``p`` alone,
+never on ``y``; what is shown is ``y``'s bin: an interval that holds the true score, the bin's place, and
+the share of random label vectors that would score as well or better (a permutation-test p-value rounded up
+to its bin). Every outcome, not just the average one, then leaves at least 2^(n - bits) label vectors
+possible, whatever ``p`` the attacker picked.
+
+The scores are additive over models (cross entropy with NIST's clipping, Brier), so the distribution over all
+2^n vectors is a subset-sum count. To count exactly in linear time, each model's two possible losses are
+floored to a lattice of ``unit`` (at most ``MAX_LATTICE`` steps in all): the bins partition the lattice sum
+exactly, and the true score lies within ``unit`` above the lattice value, which the interval includes.
+Counts are float64: exact below 2^53 label vectors, relative error ~1e-15 above, against which a 1e-12
+margin guards the minimum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+EPSILON = 1e-12  # NIST's clipping of probabilities in the log score (assay.stats.detection)
+MAX_LATTICE = 2**22  # lattice points over the whole score range: about 32 MiB of counts at most
+ADDITIVE = ("cross_entropy", "brier")  # scores that are a mean of per-model losses
+_MARGIN = 1.0 + 1e-12
+
+
+def loss_pair(predictions: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each model's loss if its label is 0 and if it is 1, as ``assay.stats.detection`` scores them."""
+    p = np.asarray(predictions, dtype=np.float64)
+    if p.ndim != 1 or len(p) == 0 or not (np.isfinite(p).all() and (p >= 0).all() and (p <= 1).all()):
+        raise ValueError("predictions must be a non-empty 1-D array of probabilities in [0, 1]")
+    if metric == "cross_entropy":
+        clipped = np.clip(p, EPSILON, 1.0 - EPSILON)
+        return -np.log1p(-clipped), -np.log(clipped)
+    if metric == "brier":
+        return p**2, (1.0 - p) ** 2
+    raise ValueError(f"no disclosure for {metric!r}: only additive scores ({', '.join(ADDITIVE)})")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What may be shown of one score: every field is a function of the bin, so none adds information."""
+
+    low: float  # the true score lies in [low, high]
+    high: float
+    bin: int  # 1 = the best-scoring bin
+    bins: int
+    share: float  # share of all label vectors scoring in this bin or better (lower)
+    vectors: float  # label vectors consistent with what is shown
+    bits: float  # n - log2(vectors): what this showing reveals
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The bins of one detector's answers, built from ``p`` alone; then asked which bin a labelling is in."""
+
+    n: int
+    unit: float
+    base: int  # lattice sum when every model takes its smaller loss
+    steps: np.ndarray  # per model, lattice steps added when it takes its larger loss
+    larger: np.ndarray  # per model, the label (0/1) that gives the larger loss
+    ends: np.ndarray  # lattice offset (inclusive) where each bin ends, increasing
+    starts: np.ndarray  # first occupied lattice offset of each bin
+    last: np.ndarray  # last occupied lattice offset of each bin
+    counts: np.ndarray  # label vectors in each bin
+    total: float  # 2^n
+
+    def offsets(self, labels: np.ndarray) -> np.ndarray:
+        """Lattice offsets of label vectors (rows of ``labels``, or one vector)."""
+        y = np.asarray(labels, dtype=np.int64)
+        return (y == self.larger).astype(np.int64) @ self.steps
+
+    def bin_of(self, labels: np.ndarray) -> np.ndarray:
+        """0-based bin index of each label vector."""
+        return np.searchsorted(self.ends, self.offsets(labels), side="left")
+
+    def shown(self, labels: np.ndarray) -> Shown:
+        """What is shown for the true labels ``labels``."""
+        k = int(self.bin_of(labels))
+        vectors = float(self.counts[k])
+        return Shown(
+            low=(self.base + int(self.starts[k])) * self.unit / self.n,
+            high=(self.base + int(self.last[k])) * self.unit / self.n + self.unit,
+            bin=k + 1,
+            bins=len(self.ends),
+            share=float(self.counts[: k + 1].sum()) / self.total,
+            vectors=vectors,
+            bits=self.n - math.log2(vectors),
+        )
+
+
+def _lattice(zero: np.ndarray, one: np.ndarray) -> tuple[float, int, np.ndarray, np.ndarray]:
+    """The unit, the base sum, each model's extra steps and which label is the larger loss."""
+    small, large = np.minimum(zero, one), np.maximum(zero, one)
+    unit = max(float(large.sum()) / MAX_LATTICE, 1e-12)
+    floor_small, floor_large = np.floor(small / unit), np.floor(large / unit)
+    return (
+        unit,
+        int(floor_small.sum()),
+        (floor_large - floor_small).astype(np.int64),
+        (one > zero).astype(int),
+    )
+
+
+def subset_sum_counts(steps: np.ndarray) -> np.ndarray:
+    """``counts[s]``: how many of the 2^n choices (take ``steps[i]`` or not) sum to ``s``."""
+    counts = np.zeros(int(steps.sum()) + 1)
+    counts[0] = 1.0
+    top = 0
+    for step in (int(s) for s in steps):
+        if step:
+            counts[step : step + top + 1] += counts[: top + 1].copy()
+        else:
+            counts[: top + 1] *= 2.0
+        top += step
+    return counts
+
+
+def _cut(counts: np.ndarray, minimum: float) -> np.ndarray:
+    """Inclusive end offsets of consecutive bins of at least ``minimum`` vectors (the last one merged)."""
+    occupied = np.flatnonzero(counts)
+    running = np.cumsum(counts[occupied])
+    total = running[-1]
+    if minimum <= 1.0:
+        return occupied
+    ends: list[int] = []
+    taken = 0.0
+    need = minimum if total < 2.0**53 else minimum * _MARGIN  # exact integers below 2^53
+    while total - taken >= need:
+        i = int(np.searchsorted(running, taken + need, side="left"))
+        if i >= len(running):
+            break
+        ends.append(int(occupied[i]))
+        taken = float(running[i])
+    if not ends:
+        return occupied[-1:]
+    if taken < total:  # a remainder smaller than a bin joins the last bin
+        ends[-1] = int(occupied[-1])
+    return np.array(ends, dtype=np.int64)
+
+
+def partition(predictions: np.ndarray, metric: str, bits: float) -> Partition:
+    """Bins of the 2^n label vectors by the score ``predictions`` would get, each of >= 2^(n - bits)."""
+    zero, one = loss_pair(predictions, metric)
+    n = len(zero)
+    unit, base, steps, larger = _lattice(zero, one)
+    counts = subset_sum_counts(steps)
+    ends = _cut(counts, 2.0 ** (n - bits))
+    occupied = np.flatnonzero(counts)
+    first = np.searchsorted(occupied, np.concatenate(([0], ends[:-1] + 1)), side="left")
+    per_bin = np.add.reduceat(counts[occupied], first)
+    last = occupied[np.searchsorted(occupied, ends, side="right") - 1]
+    return Partition(
+        n=n,
+        unit=unit,
+        base=base,
+        steps=steps,
+        larger=larger,
+        ends=ends,
+        starts=occupied[first],
+        last=last,
+        counts=per_bin,
+        total=float(counts.sum()),
+    )
+
+
+def disclose(predictions: np.ndarray, labels: np.ndarray, metric: str, bits: float) -> Shown:
+    """What may be shown of ``metric`` for ``predictions`` against ``labels`` at a budget of ``bits``."""
+    return partition(predictions, metric, bits).shown(np.asarray(labels))

@@ -1,0 +1,114 @@
+"""The disclosure bins checked by brute force over every label vector, against detection's own scores."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from assay.stats.detection import brier_score, cross_entropy
+from assay.stats.disclosure import partition, subset_sum_counts
+
+
+def every_vector(n: int) -> np.ndarray:
+    return (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
+
+
+def exact_scores(p: np.ndarray, metric: str, vectors: np.ndarray) -> np.ndarray:
+    """Every vector's score, by the formula written out; spot-checked against ``assay.stats.detection``."""
+    if metric == "cross_entropy":
+        q = np.clip(p, 1e-12, 1 - 1e-12)
+        scores = -(vectors * np.log(q) + (1 - vectors) * np.log(1 - q)).mean(axis=1)
+    else:
+        scores = ((vectors - p) ** 2).mean(axis=1)
+    score = cross_entropy if metric == "cross_entropy" else brier_score
+    for i in range(0, len(vectors), max(1, len(vectors) // 16)):
+        assert scores[i] == pytest.approx(score(vectors[i], p), rel=1e-12, abs=1e-15)
+    return scores
+
+
+def probe_answers(n: int) -> np.ndarray:
+    """The attack of issue 25: log-odds 2^k (times a scale that keeps them under the clipping), so every
+    label vector's cross entropy is distinct and one exact score names the label vector."""
+    logits = 25.0 * 2.0 ** np.arange(n) / 2.0 ** (n - 1)
+    return 1.0 / (1.0 + np.exp(-logits))
+
+
+CASES = [
+    ("probe", lambda rng, n: probe_answers(n)),
+    ("random", lambda rng, n: rng.uniform(0, 1, n)),
+    ("confident", lambda rng, n: rng.choice([1e-15, 0.01, 0.99, 1.0], n)),
+    ("coin", lambda rng, n: np.full(n, 0.5)),
+    ("two values", lambda rng, n: rng.choice([0.2, 0.8], n)),
+]
+
+
+@pytest.mark.parametrize("metric", ["cross_entropy", "brier"])
+@pytest.mark.parametrize("bits", [1, 8, 11])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_every_shown_value_leaves_enough_label_vectors(metric: str, bits: int, case) -> None:
+    n = 12
+    p = case[1](np.random.default_rng(bits), n)
+    table = partition(p, metric, bits)
+    vectors = every_vector(n)
+    truth = exact_scores(p, metric, vectors)
+    bins = table.bin_of(vectors)
+    for k in np.unique(bins):
+        members = bins == k
+        shown = table.shown(vectors[np.flatnonzero(members)[0]])
+        # the attacker's count: vectors whose showing is this one
+        assert members.sum() == shown.vectors >= 2 ** (n - bits)
+        assert shown.bits <= bits + 1e-12
+        # the true score of every member lies in the shown interval (to the arithmetic's rounding)
+        assert truth[members].min() >= shown.low - 1e-12 and truth[members].max() <= shown.high + 1e-12
+        assert shown.high - shown.low >= truth[members].max() - truth[members].min() - 1e-12
+        assert shown.share == pytest.approx((bins <= k).mean(), abs=1e-15)
+    # bins are ordered by score: no vector of a later bin beats one of an earlier bin by more than the lattice
+    best = np.array([truth[bins == k].min() for k in np.unique(bins)])
+    worst = np.array([truth[bins == k].max() for k in np.unique(bins)])
+    assert (np.maximum.accumulate(worst)[:-1] <= best[1:] + table.unit + 1e-12).all()
+
+
+def test_bins_are_as_fine_as_the_budget_allows() -> None:
+    """With distinct scores the number of bins is floor(2^n / 2^(n - bits)): no coarser than needed."""
+    n, bits = 12, 8
+    p = probe_answers(n)
+    assert len(np.unique(exact_scores(p, "cross_entropy", every_vector(n)).round(9))) == 2**n
+    table = partition(p, "cross_entropy", bits)
+    assert len(table.ends) == 2**bits and (table.counts == 2 ** (n - bits)).all()
+
+
+def test_unlimited_budget_shows_the_score_itself() -> None:
+    n = 10
+    p = probe_answers(n)
+    y = np.array([1, 0] * 5)
+    shown = partition(p, "cross_entropy", n).shown(y)
+    assert shown.vectors == 1 and shown.bits == n
+    assert shown.low <= cross_entropy(y, p) <= shown.high and shown.high - shown.low < 1e-4
+
+
+def test_subset_sum_counts_equal_enumeration() -> None:
+    rng = np.random.default_rng(3)
+    steps = rng.integers(0, 6, 11)
+    sums = every_vector(11) @ steps
+    assert np.array_equal(subset_sum_counts(steps), np.bincount(sums, minlength=steps.sum() + 1))
+
+
+def test_large_split_is_counted_without_enumeration() -> None:
+    """144 models (a NIST-sized test split): 2^144 vectors counted exactly on the lattice."""
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.01, 0.99, 144)
+    y = (rng.uniform(size=144) < p).astype(int)
+    table = partition(p, "cross_entropy", 8)
+    shown = table.shown(y)
+    assert math.isclose(table.total, 2.0**144, rel_tol=1e-12)
+    assert shown.bits <= 8 + 1e-9 and shown.low <= cross_entropy(y, p) <= shown.high
+    assert 2**8 - 1 <= len(table.ends) <= 2**8
+
+
+def test_refuses_what_it_cannot_bound() -> None:
+    with pytest.raises(ValueError, match="additive"):
+        partition(np.array([0.5]), "roc_auc", 8)
+    with pytest.raises(ValueError, match="probabilities"):
+        partition(np.array([1.5]), "brier", 8)
