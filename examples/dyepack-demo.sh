@@ -32,7 +32,9 @@ assay dyepack check-commitment --key "$D/secret/key.json" --commitment "$D/relea
 echo "== 2. verify SmolLM2-135M-Instruct, which never saw the release"
 assay dyepack verify "hf:$SMOLLM" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-clean"
 
-echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (2-3 minutes on 2 cores), then verify it"
+echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (96 steps), then verify it"
+# --bf16 is used only where the CPU runs bf16 faster (AVX512-BF16 or AMX); elsewhere it warns and trains in
+# float32. The whole demo: 6.6 CPU minutes on an AVX2 CPU (benchmarks/bench_dyepack_demo.py).
 # contaminate ends by asking the model 32 of the rows it trained on: "took" or a warning that it did not.
 # Long items (BIG-Bench Hard) need about 24 epochs: see benchmarks/bench_dyepack_bbh.py and docs/dyepack.md.
 assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \
