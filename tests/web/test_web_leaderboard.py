@@ -467,3 +467,47 @@ def test_round_list_and_nav(app: FastAPI) -> None:
     assert listed[0]["name"] == "r1" and listed[0]["status"] == "open"
     assert listed[0]["splits"] == ["train", "test", "holdout", "smoke"]
     assert "/leaderboard/status" in signed_in(app, "olga").get("/leaderboard").text
+
+
+def test_the_plateau_rule_is_the_organisers_and_goes_to_the_audit_trail(app: FastAPI) -> None:
+    from assay.store.web_models import WebAuditEvent
+
+    olga, tom = signed_in(app, "olga"), signed_in(app, "tom")
+    form = {"plateau_delta": "0.005", "plateau_days": "7"}
+    page = olga.get("/leaderboard/rounds/r1").text
+    assert 'id="round-settings"' in page and "less than 0.01 over 14.0 days" in page
+    assert 'id="round-settings"' not in tom.get("/leaderboard/rounds/r1").text
+    refused = tom.post("/leaderboard/rounds/r1/settings", data={**form, "csrf_token": csrf(tom)})
+    assert refused.status_code == 403
+    bad = olga.post(
+        "/leaderboard/rounds/r1/settings", data={**form, "plateau_days": "0", "csrf_token": csrf(olga)}
+    )
+    assert bad.status_code == 422
+    done = olga.post(
+        "/leaderboard/rounds/r1/settings", data={**form, "csrf_token": csrf(olga)}, follow_redirects=False
+    )
+    assert done.status_code == 303
+    assert "less than 0.005 over 7.0 days" in olga.get("/leaderboard/rounds/r1").text
+    with app.state.sessions() as session:
+        round_ = rounds.get_round(session, "r1")
+        assert (round_.plateau_delta, round_.plateau_days) == (0.005, 7.0)
+        events = session.scalars(select(WebAuditEvent).where(WebAuditEvent.action == "round.settings")).all()
+        assert [(e.actor.username, e.target, e.detail) for e in events] == [
+            ("olga", "round r1", "plateau_delta 0.01 -> 0.005; plateau_days 14 -> 7")
+        ]
+    assert "round settings changed" in olga.get("/admin/audit").text
+
+
+def test_the_plateau_rule_from_the_command_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ASSAY_DB_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    command = [sys.executable, "-m", "assay", "leaderboard"]
+    run = lambda *args: subprocess.run([*command, *args], capture_output=True, text=True, env=env)  # noqa: E731
+    assert run("round", "create", "r1", "--dataset", str(fake_splits(tmp_path / "splits"))).returncode == 0
+    changed = run("round", "set", "r1", "--plateau-days", "3")
+    assert changed.returncode == 0 and "plateau_days 14 -> 3" in changed.stdout
+    refused = run("round", "set", "r1", "--plateau-delta", "-1")
+    assert refused.returncode == 2 and "--plateau-delta: -1.0 must be a finite number >= 0" in refused.stderr

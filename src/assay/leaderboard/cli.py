@@ -230,6 +230,23 @@ def round_create(
     console.print(f"round {name} created (draft); splits: {splits}", highlight=False)
 
 
+@round_app.command("set")
+def round_set(
+    name: str = typer.Argument(..., help="Round name."),
+    plateau_delta: float | None = typer.Option(
+        None, "--plateau-delta", help="The round has plateaued when its best test score improved by less ..."
+    ),
+    plateau_days: float | None = typer.Option(None, "--plateau-days", help="... over this many days."),
+) -> None:
+    """Change a round's plateau rule; each change is written to the audit trail (/admin/audit).
+
+    Example: assay leaderboard round set r1 --plateau-delta 0.005 --plateau-days 7
+    """
+    with _sessions().begin() as session:
+        changes = rounds.set_plateau(session, name, plateau_delta, plateau_days)
+    console.print(f"round {name}: " + ("; ".join(changes) or "nothing changed"), highlight=False)
+
+
 @round_app.command("open")
 def round_open(name: str = typer.Argument(..., help="Round name.")) -> None:
     """Open a round for submissions.  Example: assay leaderboard round open r1"""

@@ -9,6 +9,7 @@ several rounds may be open at once.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from sqlalchemy import select
@@ -18,6 +19,7 @@ from assay.errors import UserError
 from assay.names import check_name
 from assay.store.enums import RoundStatus
 from assay.store.models import Round, Split, Team, utcnow
+from assay.store.web_models import WebAuditEvent
 
 # Which splits show detector output (stdout/stderr) to the team: only those whose ground truth they have.
 SHOW_LOGS = {"train": True, "smoke": True, "test": False, "holdout": False}
@@ -30,6 +32,9 @@ TRANSITIONS = {
     RoundStatus.CLOSED: (RoundStatus.ARCHIVED,),
     RoundStatus.ARCHIVED: (),
 }
+
+
+ROUND_SETTINGS = "round.settings"  # the audit trail's action for a changed round setting
 
 
 def get_round(session: Session, name: str) -> Round:
@@ -147,3 +152,28 @@ def add_team(session: Session, name: str, contact: str = "", kind: str = "perfor
     session.add(team)
     session.flush()
     return team
+
+
+def set_plateau(
+    session: Session, name: str, delta: float | None, days: float | None, actor_id: int | None = None
+) -> list[str]:
+    """Change a round's plateau rule (the best test score improved by less than ``delta`` over ``days``):
+    the organiser's call, from the command line or the web alike. Each change goes to the audit trail with
+    its old and new value (``actor_id`` None: the shell); the changes are returned, one line each."""
+    if delta is not None and not (math.isfinite(delta) and delta >= 0):
+        raise UserError(f"--plateau-delta: {delta!r} must be a finite number >= 0")
+    if days is not None and not (math.isfinite(days) and days > 0):
+        raise UserError(f"--plateau-days: {days!r} must be a finite number of days > 0")
+    round_ = get_round(session, name)
+    changes = []
+    for field, value in (("plateau_delta", delta), ("plateau_days", days)):
+        old = getattr(round_, field)
+        if value is not None and value != old:
+            setattr(round_, field, value)
+            changes.append(f"{field} {old:g} -> {value:g}")
+    if changes:
+        detail = "; ".join(changes)
+        session.add(
+            WebAuditEvent(actor_id=actor_id, action=ROUND_SETTINGS, target=f"round {name}", detail=detail)
+        )
+    return changes

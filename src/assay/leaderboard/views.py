@@ -178,6 +178,8 @@ class RoundOut(BaseModel):
     metric: str
     lower_is_better: bool  # the metric's ranking direction (publish.lower_is_better), for pages to state
     submission_window_s: int
+    plateau_delta: float
+    plateau_days: float
     opened_at: datetime | None
     closed_at: datetime | None
     splits: list[str]
@@ -305,6 +307,8 @@ def round_out(round_: Round) -> RoundOut:
         metric=round_.metric,
         lower_is_better=publish.lower_is_better(round_.metric),
         submission_window_s=round_.submission_window_s,
+        plateau_delta=round_.plateau_delta,
+        plateau_days=round_.plateau_days,
         opened_at=as_utc(round_.opened_at),
         closed_at=as_utc(round_.closed_at),
         splits=[name for name in SPLIT_NAMES if name in {s.name for s in round_.splits}],

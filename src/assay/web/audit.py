@@ -27,6 +27,7 @@ ACTIONS = {
     "password_reset.use": "password reset through a link",
     "invitation.issue": "invitation issued",
     "invitation.accept": "invitation accepted",
+    "round.settings": "leaderboard round settings changed (the plateau rule)",
 }
 SHELL = "shell"  # how an event without a web user (``assay user``) is shown
 

@@ -26,15 +26,16 @@ from sqlalchemy.orm import Session
 
 from assay.config import settings
 from assay.errors import UserError
-from assay.leaderboard import storage, submissions, views
+from assay.leaderboard import rounds, storage, submissions, views
 from assay.leaderboard.status import JobProgress, QueueStatus
 from assay.leaderboard.views import NotAllowed, NotVisible, RoundOut, StandingsOut, SubmissionOut, Viewer
-from assay.store.enums import SubmissionStatus
+from assay.store.enums import Role, SubmissionStatus
 from assay.store.models import Submission
+from assay.store.web_models import WebUser
 from assay.web.paging import Page, Paging
 from assay.web.params import ObjectId
 from assay.web.routes import Area, redirect, render
-from assay.web.security import CurrentUser, DbSession
+from assay.web.security import CurrentUser, DbSession, require
 from assay.web.uploads import FORM_OVERHEAD, TooLarge, bounded_route
 
 MAX_UPLOAD_BYTES = 200 * 2**20  # the archive; read at request time, so tests can lower it
@@ -109,6 +110,7 @@ def _viewer(user: CurrentUser) -> Viewer:
 
 
 SignedIn = Annotated[Viewer, Depends(_viewer)]
+Organiser = Annotated[WebUser, Depends(require(Role.ORGANISER))]
 
 
 # --- taking an upload ------------------------------------------------------------------------------------
@@ -201,7 +203,8 @@ def rounds_page(request: Request, session: DbSession, viewer: SignedIn, window: 
 @pages.get("/rounds/{name}", response_class=HTMLResponse)
 def round_page(request: Request, session: DbSession, viewer: SignedIn, name: RoundName) -> Response:
     board = views.round_board(session, viewer, name)
-    return render(request, "leaderboard_round.html", **dict(board))
+    organiser = views.is_organiser(viewer)
+    return render(request, "leaderboard_round.html", organiser=organiser, **dict(board))
 
 
 def _upload_page(
@@ -220,6 +223,20 @@ def _upload_page(
         own=form.own,
         **extra,
     )
+
+
+@pages.post("/rounds/{name}/settings", response_class=HTMLResponse)
+def round_settings(
+    request: Request,
+    session: DbSession,
+    user: Organiser,
+    name: RoundName,
+    plateau_delta: Annotated[float, Form(ge=0, le=1e6, allow_inf_nan=False)],
+    plateau_days: Annotated[float, Form(gt=0, le=3650, allow_inf_nan=False)],
+) -> Response:
+    """The organiser's plateau rule for the round, changed and written to the audit trail."""
+    rounds.set_plateau(session, name, plateau_delta, plateau_days, actor_id=user.id)
+    return redirect(f"/leaderboard/rounds/{name}")
 
 
 @pages.get("/rounds/{name}/submit", response_class=HTMLResponse)
