@@ -43,7 +43,7 @@ pytestmark = pytest.mark.skipif(
 PROBE = r"""
 import csv, json, os, re, socket
 name = os.environ.get("ASSAY_MODEL_NAME", "")
-labels, seen, secrets = {}, [], []
+labels, seen, secrets, names = {}, [], [], []
 for root, dirs, files in os.walk("/", followlinks=False):
     if root.startswith(("/proc", "/usr", "/sys")):
         dirs[:] = []
@@ -68,9 +68,11 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
             text = open(f"/proc/{pid}/{part}", "rb").read().decode(errors="replace")
         except OSError:
             continue
-        secrets += re.findall(r"ASSAY_(?!MODEL_NAME)[A-Z_]+=[^\x00]*", text)  # the harness's own settings
+        secrets += re.findall(r"ASSAY_[A-Z_]+=[^\x00]*", text)  # the harness's own settings
+        names += re.findall(r"id-[0-9]{8}", text)  # which model this is (no process may say)
+names += re.findall(r"id-[0-9]{8}", open("/proc/self/mountinfo").read())
 answer = labels.get(name, 0.5)
-print(json.dumps({"labels": sorted(labels), "seen": seen, "secrets": secrets,
+print(json.dumps({"labels": sorted(labels), "seen": seen, "secrets": secrets, "names": names,
                   "processes": sorted(filter(str.isdigit, os.listdir("/proc"))), "cheated": name in labels}))
 open(args.result_filepath, "w").write(repr(float(answer)))
 """
@@ -111,6 +113,7 @@ def test_probe_finds_no_answer_key_and_scores_ln2(small_round: Path, tmp_path: P
     assert len(reports) == len(test_ids)
     for report in reports:
         assert not report["cheated"] and report["secrets"] == []
+        assert not set(report["names"]) & (test_ids | holdout_ids)  # no process line or mount names the model
         # the public training split is the one answer key a detector may read (NIST hands it out too)
         assert set(report["labels"]) <= train_ids and not set(report["labels"]) & (test_ids | holdout_ids)
         # anything else it saw is the Python runtime's own files (a stdlib test fixture named split.json)
