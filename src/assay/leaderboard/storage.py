@@ -7,8 +7,9 @@ submission is re-run on holdout when the round closes), as does any submission w
 running; a team's train and smoke ("practice") submissions hold theirs only for the latest
 ``Round.keep_practice`` distinct artifacts. A folder is deleted only when no submission holds it.
 
-What an archive may write is checked member by member before anything is unpacked (``check_members``,
-``check_archive``): relative names inside the folder, regular files and folders only, each name once.
+What an archive may write is checked member by member before anything is unpacked (``check_members``, which
+``submissions.unpack`` calls for every zip and tar): relative names inside the folder, regular files and
+folders only, each name once.
 
 Quotas count what a team holds in a round, unpacked: ``Round.quota_bytes`` over the distinct artifacts and
 ``Round.quota_artifacts`` of them. Files shared with another team count for each team that holds them, so a
@@ -32,7 +33,6 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, selectinload
 
 from assay.errors import UserError
-from assay.runner.images import archive_format
 from assay.store.enums import ACTIVE_JOBS
 from assay.store.models import Round, Split, Submission, Team, utcnow
 
@@ -40,7 +40,6 @@ PRACTICE_SPLITS = ("train", "smoke")
 TEMP_PREFIXES = (".incoming-", ".upload-")  # submissions.submit and the web's upload spool
 GRACE = timedelta(hours=1)  # a folder younger than this may belong to a submission not yet committed
 ARTIFACT_NAME = re.compile(r"[0-9a-f]{64}")
-SCANNED_MEMBERS = 10_001  # past submissions.MAX_ARTIFACT_FILES: unpacking refuses the count itself
 
 
 @dataclass
@@ -69,7 +68,8 @@ def tree_bytes(folder: Path) -> int:
 
 
 def member_problem(name: str, kind: str, seen: dict[PurePosixPath, str], link: str = "") -> str | None:
-    """Why the archive member ``name`` (``kind``: file, dir, link or other) may not be unpacked, or None.
+    """Why the archive member ``name`` (``kind``: file, dir, link, hard link or other) may not be unpacked,
+    or None.
 
     ``seen`` maps the names met so far to their kinds, and is updated. tar's ``data`` filter would strip an
     absolute name's ``/`` and store it (zip refused it); a second member of one name overwrites, or writes
@@ -80,8 +80,8 @@ def member_problem(name: str, kind: str, seen: dict[PurePosixPath, str], link: s
         return "is an absolute path; members must be relative to the archive's top"
     if ".." in path.parts:
         return "would be written outside the folder (its path holds '..')"
-    if kind == "link":
-        return f"is a link{f' to {link!r}' if link else ''}; submit regular files only"
+    if kind in ("link", "hard link"):
+        return f"is a {kind}{f' to {link!r}' if link else ''}; submit regular files only"
     if kind == "other":
         return "is a device, pipe or socket; submit regular files only"
     under = next((p for p in path.parents if seen.get(p) == "file"), None)
@@ -105,7 +105,7 @@ def check_members(members: Iterable[tuple[str, str, str]], source: object) -> No
 
 def _tar_kind(member: tarfile.TarInfo) -> str:
     if member.issym() or member.islnk():
-        return "link"
+        return "hard link" if member.islnk() else "link"
     return "dir" if member.isdir() else "file" if member.isfile() else "other"
 
 
@@ -123,27 +123,6 @@ def check_tar_members(members: Iterable[tarfile.TarInfo], source: object) -> Non
 def check_zip_members(members: Iterable[zipfile.ZipInfo], source: object) -> None:
     """``check_members`` over a zip's entries (for an unpacker that has read them already)."""
     check_members(((m.filename, _zip_kind(m), "") for m in members), source)
-
-
-def _members(path: Path) -> Iterable[tuple[str, str, str]]:
-    """(name, kind, link target) of each member of the zip or tar at ``path``, header by header."""
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            yield from ((m.filename, _zip_kind(m), "") for m in archive.infolist())
-    elif tarfile.is_tarfile(path):
-        with tarfile.open(path) as archive:
-            for count, member in enumerate(archive):
-                if count == SCANNED_MEMBERS:
-                    return
-                yield member.name, _tar_kind(member), member.linkname
-
-
-def check_archive(path: Path) -> None:
-    """``check_members`` over a detector archive (.zip, .tar, .tar.gz) before it is unpacked; a container
-    image archive is kept whole, not unpacked, and is not checked here; anything else is left to unpacking
-    to refuse. Reads headers only (a .tar.gz is inflated once to find them, nothing is written)."""
-    if path.is_file() and path.suffix not in (".sif", ".simg") and archive_format(path) is None:
-        check_members(_members(path), path)
 
 
 # --- quotas and retention ----------------------------------------------------------------------------------

@@ -85,10 +85,6 @@ def _kept_bytes(files: list[tuple[str, int]]) -> int:
     return sum(size for name, size in files if not JUNK.intersection(PurePosixPath(name).parts))
 
 
-def _is_zip_link(member: zipfile.ZipInfo) -> bool:
-    return stat.S_ISLNK(member.external_attr >> 16)
-
-
 def _links(folder: Path, hard: bool) -> list[Path]:
     """Symbolic links under ``folder`` (not followed), and with ``hard`` files linked more than once."""
     found = []
@@ -126,14 +122,7 @@ def _copy_folder(artifact: Path, dest: Path, check: Callable[[int], None]) -> No
 def _extract_zip(artifact: Path, dest: Path, check: Callable[[int], None]) -> None:
     with zipfile.ZipFile(artifact) as archive:
         members = archive.infolist()
-        for member in members:
-            name = Path(member.filename)
-            if name.is_absolute() or ".." in name.parts:
-                raise UserError(f"{artifact}: member {member.filename!r} would be written outside the folder")
-            if _is_zip_link(member):
-                raise UserError(
-                    f"{artifact}: member {member.filename!r} is a link; submit regular files only"
-                )
+        storage.check_zip_members(members, artifact)  # absolute, '..', links, a path twice or under a file
         _check_sizes([m.file_size for m in members], artifact)
         check(_kept_bytes([(m.filename, m.file_size) for m in members if not m.is_dir()]))
         archive.extractall(dest)
@@ -155,6 +144,7 @@ def _tar_members(archive: tarfile.TarFile, artifact: Path) -> list[tarfile.TarIn
 def _extract_tar(artifact: Path, dest: Path, check: Callable[[int], None]) -> None:
     with tarfile.open(artifact) as archive:
         members = _tar_members(archive, artifact)
+        storage.check_tar_members(members, artifact)  # as for zip: every member before anything is written
         check(_kept_bytes([(m.name, m.size) for m in members if m.isfile()]))
         try:
             archive.extractall(dest, members=members, filter="data")

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from assay.config import settings
 from assay.errors import UserError
-from assay.leaderboard import rounds, storage, submissions, views
+from assay.leaderboard import rounds, submissions, views
 from assay.leaderboard.status import JobProgress, QueueStatus
 from assay.leaderboard.views import NotAllowed, NotVisible, RoundOut, StandingsOut, SubmissionOut, Viewer
 from assay.store.enums import Role, SubmissionStatus
@@ -153,7 +153,6 @@ def submit_upload(
     with tempfile.TemporaryDirectory(dir=artifacts, prefix=".upload-") as scratch:
         path = _save_upload(archive, Path(scratch))
         try:
-            storage.check_archive(path)  # each member named and refused with its reason, before unpacking
             return submissions.submit(session, artifacts, team, round_name, split, path)
         except UserError as exc:
             message = str(exc)
