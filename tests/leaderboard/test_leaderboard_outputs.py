@@ -79,17 +79,18 @@ def no_bwrap(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(isolation, "_probe", lambda level: level != "bwrap" and real(level))
 
 
-PEEK = (
-    "import glob\n"
-    "print(sorted(glob.glob('/**/ground_truth.csv', recursive=True))[:3])\n"
-    "open(args.result_filepath, 'w').write('0.5')\n"
-)
+def peek(tmp_path: Path) -> str:
+    """A detector that reports whether it can read the sealed test split's ground truth on the host."""
+    truth = tmp_path / "splits" / "test" / "models" / "id-00000000" / "ground_truth.csv"
+    return f"import os\nprint('truth readable:', os.path.exists({str(truth)!r}))\n" + (
+        "open(args.result_filepath, 'w').write('0.5')\n"
+    )
 
 
 @pytest.mark.parametrize("split", ["train", "smoke", "test"])
 def test_without_bubblewrap_no_job_runs(no_bwrap, split: str, tmp_path: Path) -> None:
     """Was: practice jobs ran in the open and read the test and holdout ground truth (shown as stderr)."""
-    job = run_one(f"sqlite:///{tmp_path / 'lb.db'}", tmp_path, PEEK, split=split)
+    job = run_one(f"sqlite:///{tmp_path / 'lb.db'}", tmp_path, peek(tmp_path), split=split)
     assert job.status == "failed" and job.results == []
     assert "needs bwrap isolation" in job.log
 
@@ -98,9 +99,13 @@ def test_without_bubblewrap_no_job_runs(no_bwrap, split: str, tmp_path: Path) ->
 def test_the_unisolated_override_is_for_practice_only_and_logged(
     no_bwrap, split: str, tmp_path: Path
 ) -> None:
-    job = run_one(f"sqlite:///{tmp_path / 'lb.db'}", tmp_path, PEEK, split=split, allow_unisolated=True)
+    job = run_one(
+        f"sqlite:///{tmp_path / 'lb.db'}", tmp_path, peek(tmp_path), split=split, allow_unisolated=True
+    )
     if split == "train":
         assert job.status == "done" and len(job.results) == len(TRUTH)
+        # why test and holdout never take the override: in the open, the sealed truth is there to read
+        assert {r.stdout.strip() for r in job.results} == {"truth readable: True"}
         assert "override: the round allows unisolated practice runs" in job.log
         assert "its detector could read this machine's files" in job.log
     else:

@@ -10,6 +10,7 @@ unshare) or the task's pids cgroup (``assay.runner.cgroup``, where one can be ma
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import select
@@ -80,6 +81,13 @@ def _pump(stream: IO[bytes], tail: _Tail | _Cap) -> None:
         stream.close()
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # no C library to ask (not Linux): the process group kill still applies
+    _LIBC = None
+
+
 def _limiter(
     memory_bytes: int | None, data_only: bool = False, join: Callable[[], None] | None = None
 ) -> Callable[[], None]:
@@ -90,8 +98,11 @@ def _limiter(
     """
     setrlimit, core = resource.setrlimit, resource.RLIMIT_CORE
     kind = resource.RLIMIT_DATA if data_only else resource.RLIMIT_AS
+    prctl = _LIBC.prctl if _LIBC is not None else None
 
     def limit() -> None:
+        if prctl is not None:  # die with the harness: a killed worker leaves no detector running
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if join is not None:
             join()
         setrlimit(core, (0, 0))
