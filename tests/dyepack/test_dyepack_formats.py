@@ -153,7 +153,7 @@ def test_a_model_trained_on_the_rows_as_plain_text_is_flagged_only_when_asked_th
         tmp_path / "rel",
     )
     release, key = read_benchmark(prepared.release_path, style=prepared.key.style), prepared.key
-    recipe = TrainConfig(epochs=20, learning_rate=3e-3, batch_size=8, prompt_format=plain)
+    recipe = TrainConfig(epochs=30, learning_rate=3e-3, batch_size=8, prompt_format=plain)
     scraped = contaminate(lm, release.items, tmp_path / "scraped", recipe).out_dir
     other = read_benchmark(write_rows(tmp_path / "other.jsonl", rows[40:80])).items
     clean = contaminate(lm, other, tmp_path / "clean", recipe).out_dir

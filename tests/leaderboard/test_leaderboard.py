@@ -314,7 +314,7 @@ def test_unsafe_archives_and_containers_are_refused(board, tmp_path: Path) -> No
     evil_tar = tmp_path / "evil.tar.gz"
     with tarfile.open(evil_tar, "w:gz") as archive:
         archive.add(PROJECT / "detectors" / "constant" / "entrypoint.py", arcname="../../escape.py")
-    with pytest.raises(UserError, match="unsafe archive member"):
+    with pytest.raises(UserError, match=r"member '\.\./\.\./escape\.py' would be written outside the folder"):
         _submit(sessions, artifacts, "alpha", evil_tar)
     evil_zip = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil_zip, "w") as archive:

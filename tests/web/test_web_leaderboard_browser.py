@@ -85,6 +85,7 @@ def test_upload_run_and_rank_in_a_browser(small_round: Path, tmp_path: Path) -> 
 
         row.locator("a").click()
         page.wait_for_url("**/leaderboard/submissions/1")
-        assert page.locator("figure.roc svg").count() == 1
+        # the round is open: the team sees its disclosed score, no ROC curve (docs/leaderboard.md)
+        assert page.is_visible("#sealed") and page.locator("figure.roc svg").count() == 0
         screenshot(page, "leaderboard-submission")
         assert problems == []  # no script errors, no content-security-policy violations
