@@ -229,3 +229,38 @@ def test_completions_and_scores_are_cached_apart_from_chat(cache):
     assert again.model.sent == []
     with pytest.raises(UserError, match="scoring by log-likelihood needs"):
         CachedModel(Counting(), cache).loglikelihood([("p", "a")])
+
+
+def test_replies_are_committed_while_the_run_goes_on(cache, tmp_path):
+    """The writer thread commits each reply within moments, not at the end: another connection sees the
+    first replies while the backend is still answering (what makes a SIGKILLed run resumable)."""
+    import time
+
+    seen_during_run: list[int] = []
+
+    class Watching(Counting):
+        def chat(self, conversations, params, on_result=None):  # type: ignore[override]
+            def report(index: int, reply: str) -> None:
+                on_result(index, reply)
+                if index == 5:
+                    deadline = time.monotonic() + 5
+                    while time.monotonic() < deadline:
+                        with sqlite3.connect(cache.path) as other:
+                            count = other.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+                        if count == 6:
+                            break
+                        time.sleep(0.01)
+                    seen_during_run.append(count)
+
+            return super().chat(conversations, params, report)
+
+    CachedModel(Watching(), cache).chat([user_turn(f"q{i}") for i in range(10)], PARAMS)
+    assert seen_during_run == [6] and len(cache) == 10
+
+
+def test_a_failing_cache_write_is_raised_when_the_run_ends(tmp_path):
+    broken = ResponseCache(tmp_path / "broken.sqlite")
+    broken._db.execute("DROP TABLE responses")
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        CachedModel(Counting(), broken).chat([user_turn("q")], PARAMS)
+    broken.close()

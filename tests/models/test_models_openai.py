@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import socket
 import threading
 import time
@@ -221,3 +222,32 @@ def test_a_server_without_prompt_logprobs_or_completions_is_named_in_one_line():
         model = load_model(f"openai:{url}", model_name="stub-model", max_retries=0)
         with pytest.raises(UserError, match=r"HTTP 404.*no /completions API: ask it in chat mode"):
             model.complete(["x"], PARAMS)
+
+
+def test_batch_retry_rules_follow_the_sdk():
+    """The bare-aiohttp batch path keeps the SDK's rules: the server's wait within (0, 120] s, an HTTP
+    date, a longer wait not retried, ``x-should-retry`` over the status, else capped backoff with jitter."""
+    from assay.models import http_batch
+
+    assert http_batch.retry_delay(0, {"retry-after-ms": "250"}) == 0.25
+    assert http_batch.retry_delay(0, {"retry-after": "3"}) == 3.0
+    in_ten = email.utils.formatdate(time.time() + 10, usegmt=True)
+    assert 8.0 < http_batch.retry_delay(0, {"retry-after": in_ten}) <= 10.0
+    for attempt, ceiling in ((0, 0.5), (1, 1.0), (4, 8.0), (9, 8.0)):
+        delay = http_batch.retry_delay(attempt, {"retry-after": "500"})  # too long to honour: backoff
+        assert 0.75 * ceiling <= delay <= ceiling
+    assert not http_batch._should_retry(429, {"retry-after": "500"})
+    assert not http_batch._should_retry(503, {"x-should-retry": "false"})
+    assert http_batch._should_retry(400, {"x-should-retry": "true"})
+    assert [http_batch._should_retry(s, {}) for s in (400, 404, 408, 409, 429, 500, 503)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+        True,
+    ]
+    assert http_batch.error_message(b'{"error": {"message": "slow down"}}') == "slow down"
+    assert http_batch.error_message(b'{"detail": "Not Found"}') == "Not Found"
+    assert http_batch.error_message(b"<html>bad gateway</html>") == "<html>bad gateway</html>"

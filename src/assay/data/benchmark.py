@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +39,10 @@ class Benchmark:
     def file_format(self) -> FileFormat:
         return self.table.file_format
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
-        """``content_fingerprint`` of the items: the same whatever the file format or row encoding."""
+        """``content_fingerprint`` of the items: the same whatever the file format or row encoding.
+        Computed once (items are not changed after reading): verify checks it and reports it."""
         return content_fingerprint(self.items)
 
     def __len__(self) -> int:

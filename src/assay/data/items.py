@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -54,7 +54,9 @@ def content_fingerprint(items: Sequence[Item]) -> str:
     """
     digest = hashlib.sha256()
     for item in items:
-        record = {"kind": item_kind(item), **asdict(item)}
+        # vars(): the fields as they are (str, tuples of str), encoded exactly as asdict's deep copies
+        # were, at half the cost (verify fingerprints every row of a 14,000-row release).
+        record = {"kind": item_kind(item), **vars(item)}
         digest.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
         digest.update(b"\n")
     return "sha256:" + digest.hexdigest()

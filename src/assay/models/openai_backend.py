@@ -1,17 +1,13 @@
 """``openai:BASE_URL``: any OpenAI-compatible chat-completions server (vLLM, Ollama, llama.cpp, TGI, OpenAI).
 
-Why the official client: it already knows how to retry. ``AsyncOpenAI(max_retries=n)`` retries timeouts,
-connection errors, 408, 409, 429 and 5xx; it waits ``retry-after-ms``/``retry-after`` when the server
-sends one (up to 2 minutes), otherwise ``0.5 s * 2**attempt`` capped at 8 s, minus up to 25 % jitter
-(``openai._base_client._calculate_retry_timeout``). We add what it lacks: bounded concurrency, a result
+Retries follow the official SDK's rules everywhere: timeouts, connection errors, 408, 409, 429 and 5xx;
+the server's ``retry-after-ms``/``retry-after`` when it sends one (up to 2 minutes), otherwise
+``0.5 s * 2**attempt`` capped at 8 s, minus up to 25 % jitter. We add bounded concurrency, a result
 callback per reply (so a cache can keep partial work), model discovery and one-line user errors.
 
-Why ``client.post("/chat/completions", cast_to=bytes)`` rather than ``client.chat.completions.create``:
-the same request, retries, auth and timeouts, but without the SDK's per-request walk of the typed
-``messages`` (about 30 % of its CPU per request) and the typed response build (about 10 %); at 64
-requests in flight the client's CPU, not the server, is the limit (see ``docs/benchmarks.md``). For the
-same reason the aiohttp transport (``openai.DefaultAioHttpClient``, the ``openai[aiohttp]`` extra) is used
-when aiohttp is installed: it costs 40-50 % less CPU per request than the default httpx2 transport.
+Why batches bypass the SDK (``http_batch``, bare aiohttp with the SDK's retry rules): at 64 requests in
+flight the client's CPU, not the server, is the limit, and the SDK's per-request option and header
+building costs twice a bare POST (see ``docs/benchmarks.md``). Discovery and streaming keep the SDK.
 
 Requests carry ``max_tokens``, ``temperature``, ``top_p`` and ``seed``: the common subset the local servers
 implement. Chat goes to ``/chat/completions``; plain-text continuation (``complete``) and log-likelihood
@@ -24,18 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import importlib.util
 import json
 import math
 import os
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
-
-import openai
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from assay.errors import UserError
 from assay.models.base import Conversation, Conversations, GenerationParams, OnResult, OnScore
+from assay.models.http_batch import BatchPoster, RequestFailed
+
+if TYPE_CHECKING:
+    import openai
 
 T = TypeVar("T")
 
@@ -87,19 +83,12 @@ class OpenAIChatModel:
             "timeout": self.timeout,
         }
 
-    def _async_client(self) -> openai.AsyncOpenAI:
-        """A client for one event loop (its connection pool belongs to the loop that first uses it)."""
-        kwargs = self._client_kwargs()
-        if _HAVE_AIOHTTP:
-            # RuntimeError: the SDK found aiohttp unusable (e.g. too old); keep its httpx transport then.
-            with contextlib.suppress(RuntimeError):
-                kwargs["http_client"] = openai.DefaultAioHttpClient()
-        return openai.AsyncOpenAI(**kwargs)  # type: ignore[arg-type]
-
     def _discover_model(self) -> str:
         """The one served model, from ``GET /models``. Retried once only: a server whose listing fails
         (``transformers serve`` answers 500 when no hub cache exists) fails the same way every time, and
         the way out is to name the model."""
+        import openai  # the SDK only where it is used: discovery and streaming (import ~0.3 s)
+
         kwargs = {**self._client_kwargs(), "max_retries": min(self.max_retries, 1)}
         try:
             with openai.OpenAI(**kwargs) as client:  # type: ignore[arg-type]
@@ -184,37 +173,23 @@ class OpenAIChatModel:
         """POST each body (with the model name) to ``path``, ``concurrency`` at a time; ``parse(i, raw)``
         turns a response into its result, handed to ``on_result`` as it arrives."""
         model = self.model_name  # discover before the loop starts sending
-        results: list[Any] = [None] * len(bodies)
-        pending = iter(enumerate(bodies))
-        received = 0
-
-        async with self._async_client() as client:
-
-            async def worker() -> None:
-                nonlocal received
-                # One worker per connection pulls the next request: cheaper than a task per request.
-                for index, body in pending:
-                    raw = await client.post(path, body={"model": model, **body}, cast_to=bytes)
-                    result = parse(index, raw)
-                    results[index] = result
-                    received += 1
-                    if on_result is not None:
-                        on_result(index, result)
-
-            try:
-                async with asyncio.TaskGroup() as group:
-                    for _ in range(min(self.concurrency, len(bodies))):
-                        group.create_task(worker())
-            except BaseExceptionGroup as group_error:
-                first = _first_error(group_error)
-                if isinstance(first, openai.OpenAIError):
-                    raise self._run_error(first, path, received, len(bodies)) from first
-                raise first from None
-        return results
+        poster = BatchPoster(self.base_url, self.api_key, self.concurrency, self.max_retries, self.timeout)
+        received = [0]
+        try:
+            return await poster.post_all(
+                path, [{"model": model, **body} for body in bodies], parse, on_result, received
+            )
+        except BaseExceptionGroup as group_error:
+            first = _first_error(group_error)
+            if isinstance(first, RequestFailed):
+                raise self._run_error(first, path, received[0], len(bodies)) from first
+            raise first from None
 
     def stream(self, conversation: Conversation, params: GenerationParams) -> Iterator[str]:
         """The reply to one conversation in pieces as the server sends them, for a person watching it
         arrive (the web red-team chat). Blocking; a failure after the client's retries is a ``UserError``."""
+        import openai
+
         model = self.model_name
         try:
             with openai.OpenAI(**self._client_kwargs()) as client:  # type: ignore[arg-type]
@@ -230,15 +205,15 @@ class OpenAIChatModel:
         except openai.OpenAIError as exc:
             raise UserError(f"{self.base_url}: streamed chat completion failed: {_describe(exc)}") from exc
 
-    def _run_error(self, exc: openai.OpenAIError, path: str, received: int, total: int) -> UserError:
-        retries = self.max_retries if _retryable(exc) else 0
+    def _run_error(self, exc: RequestFailed, path: str, received: int, total: int) -> UserError:
+        retries = self.max_retries if exc.retryable else 0
         retried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         what = "chat completion" if path == "/chat/completions" else "completion"
         hint = ""
-        if path == "/completions" and getattr(exc, "status_code", 0) in (404, 405, 501):
+        if path == "/completions" and exc.status in (404, 405, 501):
             hint = " (the server offers no /completions API: ask it in chat mode)"
         return UserError(
-            f"{self.base_url}: {what} failed{retried}: {_describe(exc)}{hint}; "
+            f"{self.base_url}: {what} failed{retried}: {_describe_failure(exc)}{hint}; "
             f"{received} of {total} responses had arrived and were kept (a cached run resumes from there)"
         )
 
@@ -252,9 +227,6 @@ def _run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="assay-openai") as pool:
         return pool.submit(asyncio.run, coroutine).result()
-
-
-_HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
 
 
 def _body(raw: bytes, base_url: str, kind: str) -> dict[str, Any]:
@@ -342,15 +314,17 @@ def _first_error(group: BaseExceptionGroup) -> BaseException:
     return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
 
 
-def _retryable(exc: openai.OpenAIError) -> bool:
-    if isinstance(exc, openai.APIConnectionError):
-        return True
-    status = getattr(exc, "status_code", 0)
-    return status in (408, 409, 429) or status >= 500
+def _describe_failure(exc: RequestFailed) -> str:
+    """One line: the HTTP status and the server's message, or what went wrong with the connection."""
+    if exc.status is not None:
+        return _one_line(f"HTTP {exc.status}: {exc.message}")
+    return _one_line(f"{'timed out' if exc.timed_out else 'connection failed'} ({exc.message})")
 
 
 def _describe(exc: openai.OpenAIError) -> str:
     """One line: the HTTP status and the server's message, or what went wrong with the connection."""
+    import openai
+
     if isinstance(exc, openai.APIConnectionError):
         # The transport's own error says more than the SDK's ("Connection error."): find the innermost.
         # Its type, not the SDK's class, tells a timeout: the aiohttp adapter maps refusals to timeouts.
