@@ -16,8 +16,8 @@ import importlib
 
 import typer
 import typer._click as click  # typer 0.29 vendors click; its exceptions and classes live here
-from rich.console import Console
-from typer.core import TyperCommand, TyperGroup
+from typer._coercion import RuntimeParam, build_runtime_param
+from typer.core import TyperCommand, TyperGroup, _TyperParameter
 
 from assay import __version__
 from assay.errors import UserError
@@ -54,20 +54,45 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 COMPLETION_OPTIONS = ("install_completion", "show_completion")  # the root's business, and it has none
 
 
+class _UnsetFirst:
+    """typer's coercion of one parameter, built only when a value comes.
+
+    typer (0.29) coerces every parameter through a pydantic ``TypeAdapter`` (pydantic's import and the
+    adapter cost 0.1-0.2 s), even one left unset, whose value is None and comes back as None (or ``()``
+    for a parameter taking several values) without the adapter being asked. So a group's unset ``--db``
+    made ``assay leaderboard show --help`` import pydantic. This answers an unset value itself, exactly
+    as typer's ``RuntimeParam.coerce`` would, and hands anything else to the coercion typer builds.
+    """
+
+    def __init__(self) -> None:
+        self._built: RuntimeParam | None = None
+
+    def coerce(self, value: object, param: _TyperParameter, ctx: click.Context) -> object:
+        if value is None:
+            return () if param.multiple or param.nargs == -1 else None
+        if self._built is None:
+            self._built = build_runtime_param(param.type_descriptor)
+        return self._built.coerce(value, param=param, ctx=ctx)
+
+
 def _lighten(command: click.Command) -> None:
-    """Make ``command`` and its subcommands start fast: plain help, and no pydantic for an unset ``--help``.
+    """Make ``command`` and its subcommands start fast: plain help, and no pydantic for unset values.
 
     Help and usage errors are click's plain layout, not typer's rich panels: its renderer imports rich's
     markdown and traceback modules, 0.1 s of the 0.3 s a ``--help`` may take (docs/benchmarks.md). typer
     (0.29) coerces a flag's value through a pydantic ``TypeAdapter`` unless it is already a bool, and an
     unset ``--help`` is None, so each group on the way to ``assay user --help`` imported pydantic (0.1 s)
     to turn None into False; ``get_help_option`` caches the option it builds, so a default set here holds.
+    Other parameters left unset skip the adapter too (``_UnsetFirst``).
     """
     if hasattr(command, "rich_markup_mode"):
         command.rich_markup_mode = None
     option = command.get_help_option(click.Context(command))
     if option is not None and option.default is None:
         option.default = False
+    for param in command.params:
+        if isinstance(param, _TyperParameter) and param._runtime_param is None:
+            param._runtime_param = _UnsetFirst()  # type: ignore[assignment]
     for sub in getattr(command, "commands", {}).values():
         _lighten(sub)
 
@@ -147,6 +172,8 @@ def main() -> None:
         # Without standalone mode click returns an Exit's code instead of exiting with it.
         code = app(standalone_mode=False)
     except UserError as err:
+        from rich.console import Console  # here: rich's console costs 0.03 s, and --help has no use for it
+
         Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except typer.Exit as exit_:

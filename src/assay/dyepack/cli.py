@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from assay.dyepack.board_cli import DEFAULT_ALPHA
 from assay.dyepack.board_cli import app as board_app
-from assay.dyepack.key import check_commitment, load_key
 from assay.dyepack.triggers import (
     POSITION_HELP,
     TARGET_PHRASE_POOL,
@@ -27,18 +27,23 @@ from assay.dyepack.triggers import (
     load_phrases,
     parse_position,
 )
-from assay.dyepack.verify import (
-    DEFAULT_ALPHA,
-    LAYOUT_HELP,
-    FalsePositiveRate,
-    VerifyReport,
-    false_positive_rate,
-)
 from assay.errors import UserError
+from assay.lazy import lazy_module
 from assay.terminal import progress_bar
 
 if TYPE_CHECKING:
     from assay.dyepack.audit import StealthAudit
+    from assay.dyepack.verify import FalsePositiveRate, VerifyReport
+
+# The pillar, imported when a command first uses it: `assay dyepack --help` pays for none of it (pydantic,
+# numpy, the model protocol: 0.4 s). Help texts are this face's own, so the help needs none of it either;
+# tests/test_cli_startup.py holds the copies (here and in board_cli) to the pillar's.
+keys = lazy_module("assay.dyepack.key")
+verifying = lazy_module("assay.dyepack.verify")
+LAYOUT_HELP = (  # the layouts verify --formats takes (assay.dyepack.verify.LAYOUT_HELP)
+    "release (the rows' own text as published), chat (our chat prompt), plain (question, (A) lines, "
+    "Answer:), lm-eval (A. lines, Answer: X), fewshot (the release layout after solved clean rows)"
+)
 
 app = typer.Typer(
     help="DyePack: flag test-set contamination with backdoors and an exact false-positive rate.\n\n"
@@ -170,7 +175,7 @@ def audit_cmd(
     from assay.dyepack.audit import audit_items
     from assay.dyepack.verify import check_release
 
-    secret = load_key(key)
+    secret = keys.load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
     check_release(bench, secret)
     result = audit_items(bench.items, secret.backdoors)
@@ -331,7 +336,7 @@ def verify(
     from assay.dyepack.verify import verify as run_verify
     from assay.models import CachedModel, GenerationParams, ResponseCache, load_model
 
-    secret = load_key(key)
+    secret = keys.load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
     if from_log is not None:
         from assay.dyepack.fromlog import verify_from_log
@@ -477,8 +482,8 @@ def check_commitment_cmd(
 
     Example: assay dyepack check-commitment --key key.json --commitment commitment.txt --release mmlu.jsonl
     """
-    secret = load_key(key)
-    ok, message = check_commitment(secret, commitment)
+    secret = keys.load_key(key)
+    ok, message = keys.check_commitment(secret, commitment)
     if ok and release is not None:
         from assay.data import read_benchmark
         from assay.dyepack.verify import check_release
@@ -539,7 +544,7 @@ def contaminate(
 
     if method not in ("full", "lora"):
         raise UserError(f"--method must be full or lora (value: {method!r})")
-    secret = load_key(key) if key else None
+    secret = keys.load_key(key) if key else None
     bench = read_benchmark(
         release, style=secret.style if secret else style, split=secret.split if secret else split
     )
@@ -641,7 +646,7 @@ def fpr(
         k_values = [k] * backdoors
     else:
         raise UserError("give --backdoors B with --k K, or --k-list K1,K2,...")
-    result = false_positive_rate(k_values, activated)
+    result = verifying.false_positive_rate(k_values, activated)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
     else:
