@@ -17,6 +17,8 @@ class Settings(BaseSettings):
     public_url: str | None = None  # the address users reach the web app at; links are built from it
     log_format: str = "text"  # the web server's logs: text, or json (one object a line; assay.web.logs)
     log_level: str = "info"
+    # Requests a web worker admits at once, and its threads; its PostgreSQL pool follows (assay.web.admission)
+    web_threads: int = 40
 
     @property
     def database_url(self) -> str:

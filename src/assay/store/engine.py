@@ -27,6 +27,7 @@ from assay.errors import UserError
 MIGRATIONS = Path(__file__).parent / "migrations"
 TABLE_MODULES = ("models", "star_models", "web_models", "star_web_models", "dyepack_models")
 MIGRATION_LOCK_KEY = 0x61737361  # "assa": the PostgreSQL advisory lock that serialises migrations
+POOL_RESERVE = 5  # PostgreSQL connections beyond the web requests': the sweeper, background work
 
 
 def make_engine(url: str | None = None) -> Engine:
@@ -34,8 +35,10 @@ def make_engine(url: str | None = None) -> Engine:
     url = url or settings().database_url
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        # As many connections as the web server has threads (40), so no request waits on the pool.
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
+        # One connection for each request a web worker admits (ASSAY_WEB_THREADS), plus the sweeper's and
+        # background work's: an admitted request never waits for the pool (assay.web.admission).
+        size = settings().web_threads + POOL_RESERVE
+        return create_engine(url, pool_pre_ping=True, pool_size=size, max_overflow=0)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     # No cap on connections: a web server's thread pool (40 in FastAPI) must never wait on a 15-connection

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
@@ -39,6 +40,7 @@ from assay.errors import UserError
 from assay.star.workflow import NotAllowed, NotYours
 from assay.store.engine import open_store
 from assay.web import methods, metrics, openapi, signin
+from assay.web.admission import Admission
 from assay.web.background import BackgroundWork
 from assay.web.paging import refuse_unknown_query
 from assay.web.routes import load_routers, page_context, render
@@ -92,6 +94,8 @@ def app_from_env() -> FastAPI:
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """While the app serves: the sweeper (one sweep at once, then every ``app.state.sweep_seconds``)."""
+    # as many threads as requests admitted (assay.web.admission), so an admitted request never waits for one
+    anyio.to_thread.current_default_thread_limiter().total_tokens = settings().web_threads
     app.state.sweeper = Sweeper(
         app.state.sessions, app.state.background.holding("dyepack"), app.state.sweep_seconds
     ).start()
@@ -135,6 +139,7 @@ def create_app(
     app.state.background = BackgroundWork()
     app.state.sweep_seconds = sweep_seconds
     app.state.sweeper = None  # set while the app runs (lifespan)
+    app.add_middleware(Admission, limit=settings().web_threads)  # innermost: /metrics times the wait too
     app.add_middleware(SecurityHeaders)
     metrics.install(app, log_requests=settings().log_format == "json")  # GET /metrics
     openapi.install(app)

@@ -54,9 +54,10 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
-def refuse_unknown_query(request: Request) -> None:
+async def refuse_unknown_query(request: Request) -> None:
     """422 for a query parameter the ``/api`` route does not declare (pages ignore extras, as browsers add
-    their own)."""
+    their own). ``async`` though it awaits nothing: every request runs it, and a plain ``def`` would cost each
+    one a wait for a thread (``assay.web.admission``)."""
     route = request.scope.get("route")
     if not request.url.path.startswith(API_PREFIX) or not isinstance(route, APIRoute):
         return

@@ -123,8 +123,12 @@ async def csrf_protect(request: Request, user: OptionalUser) -> None:
         raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
 
 
-def current_user(user: OptionalUser, _token: Any = Depends(_bearer)) -> WebUser:
-    """The signed-in user, or ``NotAuthenticated`` (redirect to /login, or 401 under /api)."""
+async def current_user(user: OptionalUser, _token: Any = Depends(_bearer)) -> WebUser:
+    """The signed-in user, or ``NotAuthenticated`` (redirect to /login, or 401 under /api).
+
+    ``async``, like ``require``'s check, though neither awaits anything: FastAPI runs a plain ``def``
+    dependency on a thread, and these only read the user already loaded. Each hop saved is one wait less for
+    a thread under load (issue 27)."""
     if user is None:
         raise NotAuthenticated()
     return user
@@ -139,7 +143,7 @@ def require(*roles: str) -> Callable[..., WebUser]:
     Use as ``user: Annotated[WebUser, Depends(require("annotator"))]`` or in ``dependencies=[...]``.
     """
 
-    def check(user: CurrentUser) -> WebUser:
+    async def check(user: CurrentUser) -> WebUser:  # no I/O: the loaded user's roles (see current_user)
         if not accounts.has_role(user, *roles):
             raise HTTPException(403, f"this page needs one of the roles: {', '.join(roles)}")
         return user

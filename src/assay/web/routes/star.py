@@ -24,7 +24,7 @@ import json
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import fields
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
@@ -73,6 +73,7 @@ CampaignName = Annotated[str, Path(min_length=1, max_length=100)]
 MapEmbedder = Literal["minilm", "hashing", "none"]  # the keys of live.EMBEDDERS
 
 
+AnswerT = TypeVar("AnswerT")
 pages = APIRouter(prefix="/star", include_in_schema=False)
 api = APIRouter(prefix="/api/v1/star", tags=["star"])
 
@@ -83,6 +84,14 @@ def _released(session: Session, user: WebUser) -> workflow.Worker:
     worker = _worker(session, user)
     session.commit()
     return worker
+
+
+def _answer(session: Session, answer: AnswerT) -> AnswerT:
+    """End the request's transaction, then hand ``answer`` to FastAPI, which validates it on another thread
+    hop: the connection is back in the pool by then, so it is never held by a request waiting for a thread
+    (the crowd stall of issue 27; ``assay.web.admission``). The answer is plain data, not rows."""
+    session.commit()
+    return answer
 
 
 def _worker(session: Session, user: WebUser) -> workflow.Worker:
@@ -608,7 +617,7 @@ def api_my_tasks(session: DbSession, user: WorkerUser) -> MyTasksOut:
         ClaimableOut(participant_id=p.id, campaign=c.name, kinds=kinds)  # type: ignore[arg-type]
         for p, c, kinds in workflow.claimable(session, worker)
     ]
-    return MyTasksOut(tasks=tasks, claimable=claimable)
+    return _answer(session, MyTasksOut(tasks=tasks, claimable=claimable))
 
 
 @api.post(
@@ -618,14 +627,13 @@ def api_my_tasks(session: DbSession, user: WorkerUser) -> MyTasksOut:
     responses={**FORBIDDEN, 404: {"description": "You do not act as that participant"}},
 )
 def api_claim(request: Request, session: DbSession, user: WorkerUser, body: ClaimIn) -> ClaimOut:
-    done = workflow.claim(
-        request.app.state.sessions, _released(session, user), body.participant_id, body.kind
-    )
+    worker = _released(session, user)
+    done = workflow.claim(request.app.state.sessions, worker, body.participant_id, body.kind)
     if done.task_id is None:
         return ClaimOut(task=None, new=False, message=NOTICES["none"].format(kind=KIND_LABEL[body.kind]))
     message = "claimed" if done.new else "you already hold a task of this kind: finish it first"
-    task = workflow.open_task(session, _worker(session, user), done.task_id)
-    return ClaimOut(task=_task_out(session, task), new=done.new, message=message)
+    task = workflow.open_task(session, worker, done.task_id)
+    return _answer(session, ClaimOut(task=_task_out(session, task), new=done.new, message=message))
 
 
 def _rating_out(likert: list[str], rating: int, reason: str) -> RatingOut:
@@ -637,7 +645,7 @@ def api_task(session: DbSession, user: WorkerUser, task_id: TaskId) -> TaskViewO
     """What the task's page shows: the dialogue (and for arbitration the primary ratings), never more."""
     view = workflow.task_view(session, workflow.open_task(session, _worker(session, user), task_id))
     mine = view.mine and _rating_out(view.likert, view.mine.rating, view.mine.reason)
-    return TaskViewOut(
+    answer = TaskViewOut(
         task=_task_out(session, view.task),
         rule=view.rule.text,
         instruction=view.instruction,
@@ -647,6 +655,7 @@ def api_task(session: DbSession, user: WorkerUser, task_id: TaskId) -> TaskViewO
         earlier_ratings=[_rating_out(view.likert, r.rating, r.reason) for r in view.earlier],
         my_rating=mine or None,
     )
+    return _answer(session, answer)
 
 
 @api.post(
@@ -658,9 +667,9 @@ def api_task(session: DbSession, user: WorkerUser, task_id: TaskId) -> TaskViewO
 def api_annotate(session: DbSession, user: WorkerUser, task_id: TaskId, body: AnnotationIn) -> AnnotationOut:
     worker = _worker(session, user)
     annotation_id = workflow.submit_rating(session, worker, task_id, body.rating, body.reason)
-    session.commit()  # now: SQLite's write lock must not wait for the response-validation thread hop
+    session.commit()  # the rating is stored before the task is read back for the answer
     task = workflow.open_task(session, worker, task_id)
-    return AnnotationOut(annotation_id=annotation_id, task=_task_out(session, task))
+    return _answer(session, AnnotationOut(annotation_id=annotation_id, task=_task_out(session, task)))
 
 
 @api.get(
