@@ -1,7 +1,8 @@
 """Executors: run many tasks, in parallel, and hand back results in task order.
 
 Each task is its own subprocess, so a thread pool is enough on one machine; Ray spreads them over a cluster
-and reserves the CPUs, GPUs and memory each task's limits ask for.
+of nodes that share no file system (inputs and results travel by content hash, ``transfer.py``) and
+reserves the CPUs, GPUs and memory each task's limits ask for.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 from assay.errors import UserError
 from assay.runner.dispatch import run_task
 from assay.runner.task import Task, TaskResult
+from assay.runner.transfer import Shipment, land, node_cache, ship_all
 
 OnResult = Callable[[TaskResult], None]
 
@@ -63,12 +65,31 @@ def _import_ray() -> Any:
     return ray
 
 
-class RayExecutor:
-    """Tasks as Ray tasks that reserve ``cpus``, ``gpus`` and ``memory`` from each task's limits.
+def _run_shipped(shipment: Shipment, refs: dict[str, Any], workdir: Path | None, isolation: str | None):
+    """On a Ray node: the shipment's blobs into this node's cache (fetched from the object store only when
+    missing there, each checked against its hash), then the task on those local copies, in the same sandbox
+    as anywhere else. The result carries its files' bytes and this node's id."""
+    import ray
 
-    Connects on first use: to ``address`` (``auto`` or ``ray://host:10001``) or, when None, to a running
-    local cluster or a new one. Stage sources, detector folders and the Python installation must be at the
-    same paths on every node (a shared file system); ``init_kwargs`` go to ``ray.init``.
+    task = land(shipment, lambda expected: ray.get(refs[expected]), node_cache())
+    result = run_task(task, workdir, isolation)
+    result.node = ray.get_runtime_context().get_node_id()
+    return result
+
+
+class RayExecutor:
+    """Tasks as Ray tasks that reserve ``cpus``, ``gpus`` and ``memory`` from each task's limits, on nodes
+    that share no file system with the submitter.
+
+    Connects on first use: to ``address`` (``auto``, ``HOST:PORT`` or ``ray://host:10001``) or, when None,
+    to a running local cluster or a new one; ``init_kwargs`` go to ``ray.init``. Inputs travel by content
+    (``assay.runner.transfer``): each distinct staged file or folder is packed once per ``map``, put into
+    Ray's object store once per hash, and unpacked on each node into its own cache; results come back as
+    values. Only the runtime (this Python with ``assay``, bubblewrap) must be installed alike on every node.
+
+    A task whose node dies (a killed raylet, a lost machine) is run again elsewhere, up to ``max_retries``
+    times; an error of the caller's (``UserError``, a blob that fails its hash) is never retried. Each task
+    is reported once, by its position, however often it ran.
     """
 
     def __init__(
@@ -77,44 +98,75 @@ class RayExecutor:
         workdir: Path | None = None,
         isolation: str | None = None,
         init_kwargs: dict[str, Any] | None = None,
+        max_retries: int = 3,
     ) -> None:
         self.ray = _import_ray()
         self.address, self.workdir, self.isolation = address, workdir, isolation
         self.init_kwargs = init_kwargs or {}
-        self._remote: Any = None
+        self.max_retries = max_retries
+        self._remotes: dict[Callable[..., Any], Any] = {}
 
-    def _connect(self) -> Any:
+    def _remote(self, function: Callable[..., Any]) -> Any:
         if not self.ray.is_initialized():
             self.ray.init(address=self.address, **self.init_kwargs)
-        if self._remote is None:
-            self._remote = self.ray.remote(run_task)
-        return self._remote
+        if function not in self._remotes:
+            self._remotes[function] = self.ray.remote(function)
+        return self._remotes[function]
 
-    def _submit(self, remote: Any, task: Task) -> Any:
-        options: dict[str, Any] = {"num_cpus": task.limits.cpus, "num_gpus": task.limits.gpus}
-        if task.limits.memory_bytes is not None:
-            options["memory"] = task.limits.memory_bytes
-        # run_task never fails for what a detector does, so a retry would only repeat a harness error.
-        return remote.options(max_retries=0, **options).remote(task, self.workdir, self.isolation)
+    def _options(self, cpus: float, gpus: float = 0.0, memory: int | None = None) -> dict[str, Any]:
+        options: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus, "max_retries": self.max_retries}
+        options["retry_exceptions"] = False  # system failures only: a lost node, a killed worker process
+        if memory is not None:
+            options["memory"] = memory
+        return options
 
-    def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]:
-        remote = self._connect()
-        refs = [self._submit(remote, task) for task in tasks]
+    def _gather(self, refs: list[Any], on_result: Callable[[Any], None] | None) -> list[Any]:
+        """Values of ``refs`` in order; ``on_result`` once per position as each arrives."""
         index = {ref: position for position, ref in enumerate(refs)}
-        done: dict[int, TaskResult] = {}
+        done: dict[int, Any] = {}
         pending = list(refs)
         try:
             while pending:
                 ready, pending = self.ray.wait(pending, num_returns=1)
                 for ref in ready:
-                    done[index[ref]] = result = self.ray.get(ref)
+                    if index[ref] in done:
+                        continue
+                    done[index[ref]] = value = self.ray.get(ref)
                     if on_result is not None:
-                        on_result(result)
+                        on_result(value)
         except BaseException:
             for ref in pending:
                 self.ray.cancel(ref, force=True)
             raise
-        return _in_order(tasks, done)
+        return [done[position] for position in range(len(refs))]
+
+    def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]:
+        remote = self._remote(_run_shipped)
+        shipments, blobs = ship_all(list(tasks))
+        refs = {expected: self.ray.put(blob) for expected, blob in blobs.items()}
+        del blobs  # the object store holds them now
+        calls = []
+        for shipment in shipments:
+            limits = shipment.task.limits
+            needed = {h: refs[h] for h in [*shipment.stage.values(), shipment.image] if h is not None}
+            options = self._options(limits.cpus, limits.gpus, limits.memory_bytes)
+            calls.append(remote.options(**options).remote(shipment, needed, self.workdir, self.isolation))
+        return self._gather(calls, on_result)
+
+    def call_map(
+        self,
+        function: Callable[..., Any],
+        arguments: Sequence[tuple[Any, ...]],
+        on_result: Callable[[Any], None] | None = None,
+        cpus: float = 1.0,
+    ) -> list[Any]:
+        """``function(*args)`` for each tuple on the cluster, values in order (the zoo trains models so).
+
+        ``function`` must be importable on every node and take and return values, never paths of the
+        caller's; it is run again where its node died, so it must have no effect but its value.
+        """
+        remote = self._remote(function).options(**self._options(cpus))
+        return self._gather([remote.remote(*args) for args in arguments], on_result)
 
 
 def make_executor(name: str, workers: int = 1, address: str | None = None) -> Executor:

@@ -112,7 +112,7 @@ class TaskResult:
     ``peak_memory_bytes``: the largest resident set of the run's processes that were waited for.
     ``collector_lost``: under bwrap, the result collector never handed the results back (the detector
     killed it, or it died): the outputs are all None and the exit code is the collector's, not the
-    detector's, so it is no evidence of a memory kill.
+    detector's, so it is no evidence of a memory kill. ``node``: the Ray node it ran on ("" off Ray).
     """
 
     key: str
@@ -128,6 +128,7 @@ class TaskResult:
     deadline_reached: bool = False
     peak_memory_bytes: int = 0
     collector_lost: bool = False
+    node: str = ""
 
     @property
     def ok(self) -> bool:

@@ -26,6 +26,8 @@ def generate(
     out: Path = typer.Option(..., "--out", "-o", help="Round folder: models/, METADATA.csv."),
     config: Path | None = typer.Option(None, "--config", "-c", help="Round config YAML (default: defaults)."),
     workers: int = typer.Option(1, "--workers", "-w", min=1, help="Training processes."),
+    executor: str = typer.Option("local", "--executor", help="local (--workers processes) or ray."),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     models: int | None = typer.Option(None, "--models", help="Override the number of models."),
     seed: int | None = typer.Option(None, "--seed", help="Override the round seed."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -34,9 +36,12 @@ def generate(
 
     Example: assay zoo generate --config examples/zoo-round.yaml --out round0/ --workers 2
     """
+    from assay.runner.executors import RayExecutor, make_executor  # ray itself: only with --executor ray
     from assay.zoo.config import RoundConfig, load_round_config, with_overrides  # torch: only when used
     from assay.zoo.round import generate_round
 
+    chosen = make_executor(executor, workers, address)  # the same words as 'assay leaderboard worker'
+    cluster = chosen if isinstance(chosen, RayExecutor) else None
     base = load_round_config(config) if config is not None else RoundConfig()
     round_config = with_overrides(base, models=models, seed=seed)
     progress = progress_bar()
@@ -46,7 +51,7 @@ def generate(
         def on_done(result: Any) -> None:  # a zoo.round.BuildResult
             progress.advance(task)
 
-        summary = generate_round(round_config, out, workers=workers, on_done=on_done)
+        summary = generate_round(round_config, out, workers=workers, on_done=on_done, cluster=cluster)
     if json_out:
         console.print_json(summary.model_dump_json())
     else:

@@ -27,8 +27,10 @@ import functools
 import io
 import json
 import multiprocessing
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,11 +38,15 @@ from pydantic import BaseModel, ConfigDict
 
 from assay.errors import UserError
 from assay.fileio import atomic_path, write_text_atomic
+from assay.runner.transfer import digest, pack, unpack_to
 from assay.zoo.config import RoundConfig
 from assay.zoo.datasets import ImageData, load_dataset, subset
 from assay.zoo.portable import WEIGHTS_FILE, save_model, save_weights
 from assay.zoo.train import PoisonPlan, TrainOutcome, train_model
 from assay.zoo.triggers import AnyTrigger, apply_trigger, sample_trigger, trigger_preview
+
+if TYPE_CHECKING:
+    from assay.runner.executors import RayExecutor
 
 NUM_CLASSES = 10
 IMAGE_SHAPES: dict[str, tuple[int, int]] = {"digits": (8, 8), "mnist": (28, 28)}
@@ -323,6 +329,17 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+def build_packed(config_json: str, index: int) -> tuple[BuildResult, str, bytes]:
+    """Build model ``index`` on a cluster node, in a scratch folder of that node, and hand it back as one
+    blob with its SHA-256 (``assay.runner.transfer``): no node needs to see the round folder, and a build
+    run again after its node died writes nothing twice."""
+    _init_worker()
+    with tempfile.TemporaryDirectory(prefix="assay-zoo-") as scratch:
+        result = _build_index(config_json, index, scratch)
+        blob = pack(Path(scratch) / result.model_id)
+    return result, digest(blob), blob
+
+
 METADATA_COLUMNS: dict[str, str] = {
     "model_name": "Model folder name under models/ (id-NNNNNNNN).",
     "index": "Model index in the round; with the round seed it determines every factor.",
@@ -376,12 +393,15 @@ def generate_round(
     out_dir: str | Path,
     workers: int = 1,
     on_done: Callable[[BuildResult], None] | None = None,
+    cluster: RayExecutor | None = None,
 ) -> RoundSummary:
     """Build every model of the round under ``out_dir/models/`` (skipping finished ones) and the metadata.
 
-    ``workers > 1`` trains in that many processes (one torch thread each). ``on_done`` is called once per
-    model, built or skipped, in the parent process. A model that cannot reach the floors raises ``UserError``
-    after the models already running finish; the finished ones stay, so a rerun resumes.
+    ``workers > 1`` trains in that many processes (one torch thread each); a ``cluster`` trains each model
+    as a task on its nodes (``build_packed``; ``workers`` is then unused), the models coming back by value.
+    ``on_done`` is called once per model, built or skipped, in the parent process. A model that cannot
+    reach the floors raises ``UserError`` (after the models already running finish, with processes); the
+    finished ones stay, so a rerun resumes.
     """
     if workers < 1:
         raise UserError(f"workers must be at least 1, got {workers}")
@@ -404,7 +424,15 @@ def generate_round(
             todo.append(index)
 
     config_json = config.model_dump_json()
-    if workers == 1 or len(todo) <= 1:
+    if cluster is not None:
+
+        def landed(packed: tuple[BuildResult, str, bytes]) -> None:
+            result, expected, blob = packed
+            unpack_to(blob, expected, models_dir / result.model_id)  # checked against its hash first
+            done(result)
+
+        cluster.call_map(build_packed, [(config_json, index) for index in todo], landed)
+    elif workers == 1 or len(todo) <= 1:
         for index in todo:
             done(_build_index(config_json, index, str(models_dir)))
     else:

@@ -1,0 +1,183 @@
+"""Inputs and outputs that travel by content, for nodes that share no file system.
+
+A cluster node sees none of the submitter's files: a task's staged files (the model's folder, the detector
+folder or its image archive, the training split) are each packed into one blob, a deterministic tar named
+by its SHA-256 (``pack``), sent once per distinct hash (Ray's object store), and unpacked on the node into a
+cache folder keyed by that hash (``land``), checked before it is used. The task the node runs then names
+only its own cached copies (``Shipment``); results come back as values (``TaskResult.outputs`` holds the
+result files' bytes). A model the zoo trains on a node comes back the same way (``unpack_to``).
+
+The blob is plain tar, built in memory: members sorted, one fixed time, owner and mode bits, links followed
+and dangling ones left out (as ``workspace.stage_in`` copies them), so equal content gives an equal hash on
+every machine. Unpacking uses tarfile's ``data`` filter, so a forged blob cannot write outside its folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from assay.fileio import atomic_path
+from assay.runner.task import Task
+
+CACHE_ENV = "ASSAY_NODE_CACHE"  # a node's own cache folder; default: the node's temp dir
+ENTRY = "entry"  # the one top-level member of every blob (plus a file's suffix: .sif, .tar)
+_FILE_MODES = (0o644, 0o755)
+
+
+class TransferError(RuntimeError):
+    """A blob whose content does not match its hash, or that is not one packed entry: never used."""
+
+
+def digest(blob: bytes) -> str:
+    """The content address of a blob: its SHA-256, hex."""
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _info(name: str, kind: bytes, mode: int, size: int = 0) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.size, info.mtime = kind, mode, size, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _add(tar: tarfile.TarFile, path: Path, name: str) -> None:
+    """One file or folder, children sorted; links followed, dangling links and special files left out."""
+    if path.is_dir():
+        tar.addfile(_info(name, tarfile.DIRTYPE, 0o755))
+        for child in sorted(path.iterdir(), key=lambda p: p.name):
+            _add(tar, child, f"{name}/{child.name}")
+    elif path.is_file():
+        executable = os.access(path, os.X_OK)
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            tar.addfile(_info(name, tarfile.REGTYPE, _FILE_MODES[executable], size), handle)
+
+
+def entry_name(source: Path) -> str:
+    """The name a source gets in its blob: neutral (nothing of the model's name), a file's suffix kept
+    because container runners tell ``.sif`` from a tar archive by it."""
+    return ENTRY + (source.suffix if source.is_file() else "")
+
+
+def pack(source: str | Path) -> bytes:
+    """A file or folder as one deterministic tar blob (see the module docstring)."""
+    source = Path(source).resolve()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _add(tar, source, entry_name(source))
+    return buffer.getvalue()
+
+
+def _extract(blob: bytes, expected: str, into: Path) -> Path:
+    """Check the blob against its hash and unpack it into the empty folder ``into``; its one entry."""
+    if digest(blob) != expected:
+        raise TransferError(f"blob {expected[:12]}: content does not match its hash; refused")
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tar:
+        tops = {member.name.split("/", 1)[0] for member in tar.getmembers()}
+        if len(tops) != 1 or not next(iter(tops)).startswith(ENTRY):
+            raise TransferError(f"blob {expected[:12]}: not one packed entry ({sorted(tops)[:3]})")
+        tar.extractall(into, filter="data")
+    return into / tops.pop()
+
+
+def node_cache() -> Path:
+    """This node's cache of unpacked blobs: ``ASSAY_NODE_CACHE``, else a folder in the node's temp dir."""
+    return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "assay-node-cache")
+
+
+def cached(expected: str, cache: Path) -> Path | None:
+    """The unpacked entry of a blob already in ``cache`` (checked when it was unpacked), else None."""
+    folder = cache / expected
+    entries = list(folder.iterdir()) if folder.is_dir() else []
+    return entries[0] if len(entries) == 1 else None
+
+
+def unpack_cached(blob: bytes, expected: str, cache: Path) -> Path:
+    """Unpack a checked blob into ``cache/HASH/`` once; two tasks of a node racing for it both end up
+    with the same folder (the loser's copy is dropped)."""
+    found = cached(expected, cache)
+    if found is not None:
+        return found
+    cache.mkdir(parents=True, exist_ok=True)
+    part = Path(tempfile.mkdtemp(prefix=".part-", dir=cache))
+    try:
+        _extract(blob, expected, part)
+        with contextlib.suppress(OSError):  # another task of this node renamed its copy first
+            os.rename(part, cache / expected)
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+    found = cached(expected, cache)
+    if found is None:
+        raise TransferError(f"blob {expected[:12]}: could not be unpacked into {cache}")
+    return found
+
+
+def unpack_to(blob: bytes, expected: str, target: Path) -> None:
+    """Unpack a checked blob's entry as ``target`` (a file or folder), atomically: all or nothing."""
+    with atomic_path(target) as tmp:
+        tmp.mkdir()
+        entry = _extract(blob, expected, tmp)
+        moved = tmp.with_name(tmp.name + ".entry")
+        os.rename(entry, moved)
+        shutil.rmtree(tmp)
+        os.rename(moved, tmp)
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """A task with no path of the submitter in it: its staged entries and image archive by hash only."""
+
+    task: Task  # stage and image emptied
+    stage: dict[str, str]  # stage name -> blob hash
+    shared: frozenset[str] = frozenset()  # the task's ``shared_stage``
+    image: str | None = None  # blob hash of an image archive file; None: ``task.image`` as it is
+
+
+def ship(task: Task, packed: Callable[[Path], str]) -> Shipment:
+    """The shipment of ``task``; ``packed(path)`` packs a source and returns its hash.
+
+    An image given as ``podman:REF`` names an image in each node's own storage and is left as it is.
+    """
+    stage = {name: packed(Path(source)) for name, source in task.stage.items()}
+    image = packed(Path(task.image)) if task.image is not None and Path(task.image).is_file() else None
+    bare = dataclasses.replace(task, stage={}, shared_stage=frozenset(), image=None if image else task.image)
+    return Shipment(bare, stage, task.shared_stage, image)
+
+
+def ship_all(tasks: list[Task]) -> tuple[list[Shipment], dict[str, bytes]]:
+    """Shipments of ``tasks`` and their distinct blobs by hash, each source path packed once."""
+    by_path: dict[Path, str] = {}
+    blobs: dict[str, bytes] = {}
+
+    def packed(path: Path) -> str:
+        path = path.resolve()
+        if path not in by_path:
+            blob = pack(path)
+            by_path[path] = digest(blob)
+            blobs.setdefault(by_path[path], blob)
+        return by_path[path]
+
+    return [ship(task, packed) for task in tasks], blobs
+
+
+def land(shipment: Shipment, fetch: Callable[[str], bytes], cache: Path) -> Task:
+    """The task to run on this node: every blob unpacked into ``cache`` (``fetch(hash)`` asked only for
+    those not there yet) and the stage pointing at those local copies."""
+
+    def local(expected: str) -> Path:
+        return cached(expected, cache) or unpack_cached(fetch(expected), expected, cache)
+
+    stage = {name: local(expected) for name, expected in shipment.stage.items()}
+    image = str(local(shipment.image)) if shipment.image else shipment.task.image
+    return dataclasses.replace(shipment.task, stage=stage, shared_stage=shipment.shared, image=image)
