@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.leaderboard.disclosure import disclosed_metrics
 from assay.leaderboard.rounds import split_models
-from assay.leaderboard.scoring import read_metadata, read_truth, score
+from assay.leaderboard.scoring import DEFAULT_PREDICTION, read_metadata, read_truth, score
 from assay.leaderboard.submissions import stored_image
 from assay.runner import Executor, Limits, Task, TaskResult, isolation_available
 from assay.store.models import Job, MetricResult, ModelResult, as_utc, utcnow
@@ -38,7 +38,6 @@ MISSING_FLAG = ":Missing Results:"
 TIMEOUT_FLAG = ":Timeout:"
 MEMORY_FLAG = ":Memory:"
 SEALED_SPLITS = ("test", "holdout")  # their ground truth is the organiser's: never run them unisolated
-DEFAULT_VALUE = 0.5
 # What a detector is given of each model (what the sequestered view holds), under the same names.
 MODEL_FILES = ("model.pt", "model.safetensors", "reduced-config.json", "clean-example-data")
 LOG_LIMIT = 64 * 1024
@@ -60,20 +59,20 @@ def parse_result(result: TaskResult) -> tuple[float, str, str | None]:
     ``extra_lines`` lets the job log say so.
     """
     if result.timed_out:
-        return DEFAULT_VALUE, TIMEOUT_FLAG, None
+        return DEFAULT_PREDICTION, TIMEOUT_FLAG, None
     if result.killed_for_memory:
-        return DEFAULT_VALUE, MEMORY_FLAG, None
+        return DEFAULT_PREDICTION, MEMORY_FLAG, None
     raw = result.outputs.get("result.txt")
     if raw is None:
-        return DEFAULT_VALUE, MISSING_FLAG, None
+        return DEFAULT_PREDICTION, MISSING_FLAG, None
     text = storable(raw.decode("utf-8", errors="replace"))
     first = text.splitlines()[0].strip() if text.strip() else ""
     try:
         value = float(first)
     except ValueError:
-        return DEFAULT_VALUE, PARSE_FLAG, text.strip()[:200]
+        return DEFAULT_PREDICTION, PARSE_FLAG, text.strip()[:200]
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        return DEFAULT_VALUE, PARSE_FLAG, text.strip()[:200]
+        return DEFAULT_PREDICTION, PARSE_FLAG, text.strip()[:200]
     return value, "", text.strip()[:200]
 
 
@@ -318,7 +317,7 @@ def score_job(sessions: sessionmaker[Session], job_id: int) -> None:
         report = score(predictions, truth, metadata)
         overall = dict(report.overall)
         if context["split"] == "test":
-            scored = {m: predictions.get(m, DEFAULT_VALUE) for m in truth}
+            scored = {m: predictions.get(m, DEFAULT_PREDICTION) for m in truth}
             overall.update(disclosed_metrics(scored, truth, context["metric"], context["leak_bits"]))
         job.metrics.clear()
         session.flush()
