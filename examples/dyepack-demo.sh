@@ -32,13 +32,14 @@ assay dyepack check-commitment --key "$D/secret/key.json" --commitment "$D/relea
 echo "== 2. verify SmolLM2-135M-Instruct, which never saw the release"
 assay dyepack verify "hf:$SMOLLM" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-clean"
 
-echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (96 steps), then verify it"
-# --bf16 is used only where the CPU runs bf16 faster (AVX512-BF16 or AMX); elsewhere it warns and trains in
-# float32. The whole demo: 6.6 CPU minutes on an AVX2 CPU (benchmarks/bench_dyepack_demo.py).
+echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (64 steps), then verify it"
+# float32 everywhere: 8 epochs in float32 took (loss 1.45 -> 0.04, 32/32 trained rows answered as trained,
+# 6/6 activated), where 8 epochs in bf16 once did not (loss 0.16, 5/6); docs/dyepack.md. The whole demo:
+# 4.8 CPU minutes on an AVX2 CPU (benchmarks/bench_dyepack_demo.py).
 # contaminate ends by asking the model 32 of the rows it trained on: "took" or a warning that it did not.
 # Long items (BIG-Bench Hard) need about 24 epochs: see benchmarks/bench_dyepack_bbh.py and docs/dyepack.md.
 assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \
-  --epochs 12 --lr 1e-3 --top-layers 4 --batch-size 8 --bf16
+  --epochs 8 --lr 1e-3 --top-layers 4 --batch-size 8
 assay dyepack verify "hf:$D/contaminated-model" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-contaminated"
 
 echo "== summary"
