@@ -1,6 +1,8 @@
 """Fuzz the JSON API with schemathesis (its command line, `st run`) against the OpenAPI document the app
-serves, over real HTTP on 127.0.0.1: no input, signed in as an organiser or anonymous, may produce a 5xx,
-and every documented response must match its schema.
+serves, over real HTTP on 127.0.0.1, signed in as an organiser and anonymous, with every check schemathesis
+has but one (below): among them no 5xx, every response as documented (status, headers, content type,
+schema), schema-invalid input refused, a method a path does not take answered 405 with an ``Allow`` naming
+the path's methods, and a credential the schema asks for not ignored.
 
 The database is seeded with the demo data (``assay serve --demo``: users of every role, an open round over
 the test zoo round, a campaign with a dialogue, a registered DyePack release), so requests reach real rows.
@@ -21,12 +23,17 @@ from assay.web.demo import seed_demo
 from web_server import serve_in_thread  # tests/ is on sys.path (rootdir conftest)
 
 ST = Path(sys.executable).with_name("st")
-CHECKS = "not_a_server_error,response_schema_conformance"
+# All checks but positive_data_acceptance (ST202): it expects every schema-valid request to be accepted, and
+# the API refuses some with a business-rule 400 that JSON Schema cannot state (docs/web.md, "JSON API"): a
+# team, or a pool member's campaign, that does not exist; no --public-url to build an invitation or reset
+# link from; a commitment that is not one; a model spec that does not parse; a theme cluster with nothing to
+# settle. A run with it found those 400s and nothing else (7 operations, 2026-11-25).
+CHECKS = ["--checks", "all", "--exclude-checks", "positive_data_acceptance"]
 pytestmark = pytest.mark.slow  # schemathesis over every operation, on the 20-model round
 
 
 def _fuzz(base_url: str, cwd: Path, *headers: str) -> subprocess.CompletedProcess[str]:
-    args = [str(ST), "run", f"{base_url}/api/v1/openapi.json", "--checks", CHECKS, "--max-examples", "30"]
+    args = [str(ST), "run", f"{base_url}/api/v1/openapi.json", *CHECKS, "--max-examples", "30"]
     args += ["--seed", "1", "--request-timeout", "30", "--phases", "examples,coverage,fuzzing"]
     for header in headers:
         args += ["-H", header]
