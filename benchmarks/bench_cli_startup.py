@@ -1,6 +1,6 @@
 """Start-up cost of everyday commands: wall time, CPU time and peak memory of a fresh process.
 
-    python benchmarks/bench_cli_startup.py --repeats 15 [--every-help]
+    python benchmarks/bench_cli_startup.py --repeats 15 [--every-help] [--before OLD/src]
 
 Each command runs ``--repeats`` times in a fresh interpreter with its output discarded, the commands taking
 turns (round-robin), so a burst of load from other processes hits them all alike. Reported: the fastest and
@@ -10,7 +10,9 @@ maximum resident set size. Ratios are against the ``python -c pass`` baseline ru
 machine facts (cores, CPU model, load average before and after) are printed with the table. Goal (issues 18
 and 27): every ``--help``, ``dyepack fpr`` and ``user list`` under 0.3 s, and light commands under 80 MB,
 on the 2-core machine. ``--every-help`` adds the help of every group and command, found by walking the
-CLI. Commands that open the store run against a fresh SQLite file under a temporary ``ASSAY_HOME``.
+CLI. ``--before`` times an older source tree in turn with this one (each command run by both, one right
+after the other), so a before/after comparison sees the same load. Commands that open the store run
+against a fresh SQLite file under a temporary ``ASSAY_HOME``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 SUBAPPS = ("user", "serve", "dyepack", "zoo", "leaderboard", "star", "admin")
 COMMANDS = {
@@ -104,31 +107,85 @@ def main() -> None:
     parser.add_argument(
         "--every-help", action="store_true", help="Time the --help of every group and command as well."
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="Another source tree (e.g. `git archive OLD src | tar -x -C /tmp/old`, then /tmp/old/src) "
+        "to time in turn with this one, each run of it right before this one's: a comparison on a "
+        "shared machine under the same load.",
+    )
     args = parser.parse_args()
     commands = {**COMMANDS, **(every_help() if args.every_help else {})}
+    trees = {"before": args.before, "after": None} if args.before else {"after": None}
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, Python {platform.python_version()}")
     print(f"{os.cpu_count()} CPUs ({cpu_model()}), load average {load()}")
-    runs: dict[str, list[tuple[float, float, int]]] = {label: [] for label in commands}
+    runs = {(tree, label): [] for tree in trees for label in commands}
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "ASSAY_HOME": home, "COLUMNS": "100"}
-        run_once(COMMANDS["assay user list"], env)  # create and migrate the store once, outside the timings
+        envs = {tree: environment(home, src) for tree, src in trees.items()}
+        for env in envs.values():  # create and migrate the store once, outside the timings
+            run_once(COMMANDS["assay user list"], env)
         for _ in range(args.repeats):
             for label, command in commands.items():
-                runs[label].append(run_once(command, env))
+                for tree, env in envs.items():
+                    runs[tree, label].append(run_once(command, env))
     print(f"load average after {load()}")
-    base = min(t for t, _, _ in runs["python -c pass (baseline)"])
+    if args.before:
+        compare(runs, commands)
+    else:
+        table(runs, commands)
+
+
+def environment(home: str, src: Path | None) -> dict[str, str]:
+    """The children's environment: a scratch ``ASSAY_HOME``, and ``src`` ahead of the installed package."""
+    env = {**os.environ, "ASSAY_HOME": home, "COLUMNS": "100"}
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+Runs = dict[tuple[str, str], list[tuple[float, float, int]]]
+
+
+def table(runs: Runs, commands: dict[str, list[str]]) -> None:
+    """One tree: wall and CPU times, peak memory, and the goal."""
+    base = min(t for t, _, _ in runs["after", "python -c pass (baseline)"])
     print(
         "| command | min s | median s | min CPU s | median CPU s | x base (min) | peak MB "
         "| goal: 0.3 s (median CPU), 80 MB |\n|---|---:|---:|---:|---:|---:|---:|---|"
     )
-    for label, timed in runs.items():
+    for label in commands:
+        timed = runs["after", label]
         walls, cpus, memory = [t for t, _, _ in timed], [c for _, c, _ in timed], max(m for *_, m in timed)
-        met = "met" if statistics.median(cpus) < 0.3 and memory < 80 * 2**20 else "not met"
         print(
             f"| `{label}` | {min(walls):.3f} | {statistics.median(walls):.3f} | {min(cpus):.3f} | "
             f"{statistics.median(cpus):.3f} | {min(walls) / base:.1f} | {memory / 2**20:.1f} | "
-            f"{met if 'baseline' not in label else ''} |"
+            f"{goal(label, cpus, memory)} |"
         )
+
+
+def compare(runs: Runs, commands: dict[str, list[str]]) -> None:
+    """Two trees, run in turn: medians before and after, and the CPU ratio."""
+    print(
+        "| command | median s before / after | median CPU s before / after | CPU after / before "
+        "| peak MB before / after | goal: 0.3 s (median CPU), 80 MB |\n|---|---:|---:|---:|---:|---|"
+    )
+    for label in commands:
+        before, after = runs["before", label], runs["after", label]
+        wall = [statistics.median(t for t, _, _ in timed) for timed in (before, after)]
+        cpu = [statistics.median(c for _, c, _ in timed) for timed in (before, after)]
+        memory = [max(m for *_, m in timed) / 2**20 for timed in (before, after)]
+        print(
+            f"| `{label}` | {wall[0]:.3f} / {wall[1]:.3f} | {cpu[0]:.3f} / {cpu[1]:.3f} | "
+            f"{cpu[1] / cpu[0]:.2f} | {memory[0]:.1f} / {memory[1]:.1f} | "
+            f"{goal(label, [c for _, c, _ in after], memory[1] * 2**20)} |"
+        )
+
+
+def goal(label: str, cpus: list[float], memory: float) -> str:
+    """Whether a command meets the goal, judged by its median CPU time (wall time is the load's)."""
+    if "baseline" in label:
+        return ""
+    return "met" if statistics.median(cpus) < 0.3 and memory < 80 * 2**20 else "not met"
 
 
 def load() -> str:
