@@ -73,6 +73,8 @@ SPEC = PROJECT / "examples" / "star-campaign.yaml"
 PASSWORD = "bench password 2026"
 ROUND = "bench-round"
 KINDS = ("claim", "view", "annotate")
+ROUTES = (*KINDS, "standings")
+EARLY = 60.0  # seconds: the first minute, when every annotator arrives, is reported on its own
 ZOO_CONFIG = """\
 models: 8
 seed: 5
@@ -115,6 +117,7 @@ class Setup:
     viewer: str  # username of the signed-in standings reader
     dialogues: int
     seconds: float
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per part of the set-up
 
 
 def build_round(folder: Path) -> Path:
@@ -239,6 +242,8 @@ def add_people(
 
     combos = list(product(spec.demographics.attributes["race"], spec.demographics.attributes["gender"]))
     tokens, ids = [], []
+    shared_hash = accounts.hash_password(PASSWORD)  # annotators use tokens: one hash for all of them
+    real_hash, accounts.hash_password = accounts.hash_password, lambda _password: shared_hash
     with sessions.begin() as session:
         for i in range(annotators):
             race, gender = combos[i % len(combos)]
@@ -257,7 +262,8 @@ def add_people(
             accounts.link_participant(session, user, person)
             tokens.append(accounts.create_api_token(session, user, "bench"))
             ids.append(person.id)
-        accounts.create_user(session, "viewer", PASSWORD, ["viewer"])
+        accounts.hash_password = real_hash
+        accounts.create_user(session, "viewer", PASSWORD, ["viewer"])  # signs in: its own hash, default cost
     return tokens, ids
 
 
@@ -268,6 +274,7 @@ def build(folder: Path, annotators: int, dialogues: int, postgres: PostgresServe
 
     start = time.perf_counter()
     splits = build_round(folder)
+    phases = {"zoo round": time.perf_counter() - start}
     if postgres is not None:
         template = "bench_template"
         postgres_sql(postgres, f'CREATE DATABASE "{template}"')
@@ -280,13 +287,17 @@ def build(folder: Path, annotators: int, dialogues: int, postgres: PostgresServe
     spec = load_spec(SPEC)
     with sessions.begin() as session:
         campaign_id = create_campaign(session, spec, seed=1).id
+    mark = time.perf_counter()
     tokens, ids = add_people(sessions, campaign_id, spec, annotators)
+    phases["people"] = time.perf_counter() - mark
+    mark = time.perf_counter()
     made = add_dialogues(sessions, campaign_id, spec, dialogues)
+    phases["dialogues"] = time.perf_counter() - mark
     sessions.kw["bind"].dispose()
     if postgres is None:
         with sqlite3.connect(template) as db:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return Setup(template, tokens, ids, "viewer", made, time.perf_counter() - start)
+    return Setup(template, tokens, ids, "viewer", made, time.perf_counter() - start, phases)
 
 
 def postgres_sql(server: PostgresServer, statement: str) -> None:
@@ -321,6 +332,8 @@ class Record:
     failed_submits: set[int] = field(default_factory=set)  # tasks whose annotation POST got no 2xx
     empty_claims: int = 0
     requests: int = 0
+    t0: float = 0.0  # when the load started (perf_counter)
+    early: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # started in EARLY
 
 
 def free_port() -> int:
@@ -357,6 +370,8 @@ async def timed(record: Record, kind: str, call: Awaitable[httpx.Response]) -> h
         record.statuses[(kind, type(exc).__name__)] += 1
         return None
     record.latencies[kind].append(time.perf_counter() - start)
+    if start - record.t0 < EARLY:
+        record.early[kind].append(time.perf_counter() - start)
     record.statuses[(kind, response.status_code)] += 1
     record.requests += 1
     return response
@@ -368,6 +383,7 @@ async def annotator(
     rng = random.Random(index)
     headers = {"Authorization": f"Bearer {token}"}
     api = f"{base}/api/v1/star"
+    await asyncio.sleep(rng.uniform(0.0, think.ramp))  # arriving: 0 is everyone in the same instant
     async with httpx.AsyncClient(headers=headers, timeout=60) as client:
         seq = 0
         while time.perf_counter() < stop:
@@ -401,10 +417,12 @@ async def annotator(
 
 @dataclass(frozen=True)
 class Think:
-    """Pauses of people at work: log-normal with this median (seconds; 0: none) and sigma."""
+    """Pauses of people at work: log-normal with this median (seconds; 0: none) and sigma; each annotator
+    arrives at a uniformly random moment in the first ``ramp`` seconds (0: all at once)."""
 
     median: float = 0.0
     sigma: float = 0.8
+    ramp: float = 0.0
 
     async def pause(self, rng: random.Random) -> None:
         if self.median > 0:
@@ -441,7 +459,7 @@ async def load(
     """Run the clients; seconds from the start until the last one finished its cycle."""
     viewer = await signed_in(base, setup.viewer)
     try:
-        start = time.perf_counter()
+        start = record.t0 = time.perf_counter()
         stop = start + seconds
         people = range(annotators)
         clients = [
@@ -510,6 +528,7 @@ class Plan:
     @property
     def label(self) -> str:
         pauses = f"think {self.think.median:g} s" if self.think.median else "no think"
+        pauses += f", arriving over {self.think.ramp:g} s" if self.think.ramp else ""
         return f"{self.annotators} ann., {self.workers} worker{'s' * (self.workers > 1)}, {pauses}"
 
 
@@ -554,6 +573,9 @@ def scenario(
     }
     return {
         "annotators": plan.annotators,
+        "workers": plan.workers,
+        "think": plan.think.median > 0,
+        "load": os.getloadavg()[0],
         "label": plan.label,
         "seconds": elapsed,
         "record": record,
@@ -583,6 +605,9 @@ def metrics(run: dict) -> dict[str, float]:
         out[f"{kind} p95 ms"] = pct(record.latencies[kind], 95)
     out["standings page p50 ms"] = pct(record.latencies["standings"], 50)
     out["standings page p95 ms"] = pct(record.latencies["standings"], 95)
+    out["worst route p95 ms"] = max(pct(record.latencies[k], 95) for k in ROUTES if record.latencies[k])
+    early = [pct(record.early[k], 95) for k in ROUTES if record.early[k]]
+    out[f"worst route p95 ms, first {EARLY:g} s"] = max(early) if early else float("nan")
     out["server CPU ms/request"] = 1000 * run["server_cpu"] / max(record.requests, 1)
     out["client CPU ms/request"] = 1000 * run["client_cpu"] / max(record.requests, 1)
     return out
@@ -606,6 +631,7 @@ def report(runs: list[dict]) -> None:
     print("| empty claims (ran dry) | " + " | ".join(str(r["record"].empty_claims) for r in runs) + " | |")
     for label in runs[0]["server_errors"]:
         print(f"| server: {label} | " + " | ".join(str(r["server_errors"][label]) for r in runs) + " | |")
+    print("| load average (1 min) after | " + " | ".join(f"{r['load']:.2f}" for r in runs) + " | |")
     print()
     for run in runs:
         record: Record = run["record"]
@@ -631,10 +657,52 @@ def main() -> None:
     )
     parser.add_argument("--think-median", type=float, default=0.0, help="Median pause in seconds (0: none).")
     parser.add_argument("--think-sigma", type=float, default=0.8)
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=0.0,
+        help="With think time: annotators arrive at random moments over this many seconds (0: all at once).",
+    )
+    parser.add_argument(
+        "--stress-workers",
+        type=int,
+        nargs="*",
+        default=None,
+        help="Worker counts for the runs without think time (default: --workers; none: skip them).",
+    )
     args = parser.parse_args()
     with ExitStack() as stack:
         postgres = stack.enter_context(postgres_server()) if args.db == "postgresql" else None
         run_all(args, postgres)
+
+
+def plans_of(args: argparse.Namespace) -> list[Plan]:
+    """The 1-annotator baseline, then per worker count the run with think time and the stress run."""
+    think = Think(args.think_median, args.think_sigma, args.ramp)
+    stress = args.workers if args.stress_workers is None else args.stress_workers
+    plans = [Plan(1, args.baseline_seconds, args.workers[0])]
+    for workers in sorted(set(args.workers) | set(stress)):
+        if args.think_median > 0 and workers in args.workers:
+            plans.append(Plan(args.annotators, args.seconds, workers, think))
+        if workers in stress or args.think_median <= 0:
+            plans.append(Plan(args.annotators, args.seconds, workers))
+    return plans
+
+
+def goals(runs: list[dict]) -> None:
+    """Issue 27's crowd goals from this run: worst p95 with think time, 5xx, saturated throughput ratios."""
+    print()
+    for run in runs[1:]:
+        row = metrics(run)
+        print(
+            f"{run['label']}: worst route p95 {fmt(row['worst route p95 ms'])} ms "
+            f"(first {EARLY:g} s: {fmt(row[f'worst route p95 ms, first {EARLY:g} s'])} ms), "
+            f"5xx {run['server_errors']['5xx responses (access log)']}, load average {run['load']:.2f}"
+        )
+    stress = {r["workers"]: metrics(r)["requests/s (API)"] for r in runs[1:] if not r["think"]}
+    if 1 in stress:
+        ratios = ", ".join(f"{w} workers {v / stress[1]:.2f}x" for w, v in sorted(stress.items()) if w > 1)
+        print(f"saturated requests/s against 1 worker: {ratios or 'no other worker count run'}")
 
 
 def run_all(args: argparse.Namespace, postgres: PostgresServer | None) -> None:
@@ -644,21 +712,16 @@ def run_all(args: argparse.Namespace, postgres: PostgresServer | None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
         folder = Path(tmp)
         setup = build(folder, args.annotators, args.dialogues, postgres)
+        phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in setup.phases.items())
         print(
-            f"set-up: {setup.dialogues} dialogues, {args.annotators} annotators, {setup.seconds:.0f} s; "
-            f"load average now {os.getloadavg()[0]:.2f}"
+            f"set-up: {setup.dialogues} dialogues, {args.annotators} annotators, {setup.seconds:.0f} s "
+            f"({phases}); load average now {os.getloadavg()[0]:.2f}"
         )
-        plans = [Plan(1, args.baseline_seconds, args.workers[0])]
-        for workers in args.workers:
-            if args.think_median > 0:
-                plans.append(
-                    Plan(args.annotators, args.seconds, workers, Think(args.think_median, args.think_sigma))
-                )
-            plans.append(Plan(args.annotators, args.seconds, workers))
-        runs = [scenario(setup, folder, plan, args.keep, postgres) for plan in plans]
+        runs = [scenario(setup, folder, plan, args.keep, postgres) for plan in plans_of(args)]
     print(f"load average at end {os.getloadavg()[0]:.2f}")
     print()
     report(runs)
+    goals(runs)
     failed = [
         r
         for r in runs
