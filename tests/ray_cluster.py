@@ -161,6 +161,17 @@ class Cluster:
                 raise RuntimeError(f"ray node {node.name} did not start:\n{node.log.read_text()[-3000:]}")
             time.sleep(0.2)
 
+    def start_workers(self, count: int, cpus: float = 1, timeout: float = 120) -> list[Node]:
+        """Start the next ``count`` of the prepared worker nodes (``local_cluster(workers=...)``) and wait
+        until each has joined."""
+        names = [path.name for path in sorted(self.base.iterdir()) if path.name.startswith("w")]
+        names = [name for name in names if name not in {node.name for node in self.nodes}][:count]
+        join = [f"--address={self.address}"]
+        started = [self._start(name, join, cpus) for name in names]
+        for node in started:
+            self._wait_started(node, timeout)
+        return started
+
     def stop(self) -> None:
         for node in reversed(self.nodes):
             node.kill()
@@ -169,12 +180,19 @@ class Cluster:
 
 @contextlib.contextmanager
 def local_cluster(
-    workers: int, hidden: list[Path], head_cpus: float = 0, worker_cpus: float = 1, timeout: float = 120
+    workers: int,
+    hidden: list[Path],
+    head_cpus: float = 0,
+    worker_cpus: float = 1,
+    timeout: float = 120,
+    start: bool = True,
+    token: str | None = None,
 ) -> Iterator[Cluster]:
     """A head with ``head_cpus`` (0: it schedules but runs no task) and ``workers`` nodes of
-    ``worker_cpus``, all stopped on exit whatever happened."""
+    ``worker_cpus`` (prepared only, when not ``start``: ``Cluster.start_workers`` adds them later), all
+    stopped on exit whatever happened. ``token``: the cluster's auth token (default: a fresh one)."""
     port = _free_port()
-    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token or secrets.token_hex(32)}
     base = Path(tempfile.mkdtemp(prefix="assay-ray-", dir="/tmp"))  # short: Ray's socket paths are long
     cluster = Cluster(f"127.0.0.1:{port}", env, base, [Path(path) for path in hidden])
     for name in ["head", *(f"w{i}" for i in range(workers))]:  # all first: each node hides the others
@@ -183,10 +201,8 @@ def local_cluster(
     try:
         head = cluster._start("head", ["--head", f"--port={port}", "--include-dashboard=false"], head_cpus)
         cluster._wait_started(head, timeout)
-        join = [f"--address={cluster.address}"]
-        started = [cluster._start(f"w{i}", join, worker_cpus) for i in range(workers)]
-        for node in started:
-            cluster._wait_started(node, timeout)
+        if start:
+            cluster.start_workers(workers, worker_cpus, timeout)
         yield cluster
     finally:
         cluster.stop()

@@ -82,12 +82,14 @@ def _submit(sessions, tmp_path: Path, team: str, sleep_s: float) -> int:
         return session.scalars(select(Job.id).where(Job.submission_id == submission_id)).one()
 
 
-def _results(sessions, job_id: int) -> tuple[str, dict[str, float], dict[tuple, float | None], int]:
+def _results(sessions, job_id: int) -> tuple[str, dict[str, float], dict[tuple, float | None], int, list]:
+    """Status, value per model, metrics, number of result rows and the isolation lines of the job's log."""
     with sessions() as session:
         job = session.get(Job, job_id)
         values = {r.model_name: r.value for r in job.results}
         metrics = {(m.name, m.group_column, m.group_value): m.value for m in job.metrics}
-        return job.status, values, metrics, len(job.results)
+        isolation = [line for line in job.log.splitlines() if line.startswith("isolation:")]
+        return job.status, values, metrics, len(job.results), isolation
 
 
 def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
@@ -121,23 +123,29 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
                 rounds.add_team(session, team)
         job_on_cluster = _submit(sessions, tmp_path, "alpha", 1.0)
 
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "assay", "leaderboard", "worker", "--once", *ray_cli],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        victim = cluster.workers[1]
-        deadline = time.monotonic() + 120
-        while not victim.running(MARKER) and worker.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not victim.running(MARKER):
-            worker.kill()
-            pytest.fail(f"no detector ever ran on the second worker node:\n{worker.communicate()[0][-3000:]}")
-        victim.kill()
-        killed_at = time.monotonic()
-        log, _ = worker.communicate(timeout=240)
+        worker_log = tmp_path / "worker.log"
+        with worker_log.open("wb") as sink:  # a file, not a pipe: Ray's log lines never block the worker
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "assay", "leaderboard", "worker", "--once", *ray_cli],
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            victim = cluster.workers[1]
+            deadline = time.monotonic() + 120
+            while not victim.running(MARKER) and worker.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not victim.running(MARKER):
+                pytest.fail(f"no detector ran on the second worker node:\n{worker_log.read_text()[-3000:]}")
+            victim.kill()
+            killed_at = time.monotonic()
+            worker.wait(timeout=240)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        log = worker_log.read_text(errors="replace")
         assert worker.returncode == 0, log[-3000:]
         finished_after_kill = time.monotonic() - killed_at
         caches = {node.name: set(os.listdir(node.cache)) for node in cluster.workers}
@@ -162,13 +170,16 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
 
     # The leaderboard job: done, each model once, the same answers and metrics as a one-node run.
     train_models = sorted(p.name for p in (out / "splits" / "train" / "models").iterdir())
-    status, values, metrics, count = _results(sessions, job_on_cluster)
+    status, values, metrics, count, isolation = _results(sessions, job_on_cluster)
+    assert len(isolation) == 1 and isolation[0].startswith(
+        "isolation: bwrap:"
+    )  # the same sandbox on each node
     assert status == "done" and count == len(values) == len(train_models) == 2, log[-2000:]
     models = out / "splits" / "train" / "models"
     assert values == {name: expected_value(models / name / "model.pt") for name in train_models}
     job_here = _submit(sessions, tmp_path, "beta", 0.0)
     assert work(sessions, LocalExecutor(2), once=True) == 1
-    status_here, values_here, metrics_here, _ = _results(sessions, job_here)
+    status_here, values_here, metrics_here, _, _ = _results(sessions, job_here)
     assert status_here == "done" and values_here == values and metrics_here == metrics
 
     # What the nodes read came through their own caches, by content hash: each model file is there.

@@ -65,7 +65,9 @@ def _import_ray() -> Any:
     return ray
 
 
-def _run_shipped(shipment: Shipment, refs: dict[str, Any], workdir: Path | None, isolation: str | None):
+def _run_shipped(
+    shipment: Shipment, refs: dict[str, Any], workdir: Path | None, isolation: str | None
+) -> TaskResult:
     """On a Ray node: the shipment's blobs into this node's cache (fetched from the object store only when
     missing there, each checked against its hash), then the task on those local copies, in the same sandbox
     as anywhere else. The result carries its files' bytes and this node's id."""
