@@ -427,6 +427,12 @@ def test_ray_executor_matches_local(tmp_path: Path) -> None:
     executor = RayExecutor(init_kwargs={"num_cpus": 2, "include_dashboard": False, "log_to_driver": False})
     try:
         remote = executor.map(tasks, on_result=lambda r: seen.append(r.key))
+        # A caller's mistake on a node comes back as the same one-line UserError as on this machine.
+        sealed = python_task(script, "1", "{output}", key="sealed", require_isolation=True)
+        executor.isolation = "none"
+        with pytest.raises(UserError) as refused:
+            executor.map([sealed])
+        assert "\n" not in str(refused.value) and "needs bwrap isolation" in str(refused.value)
     finally:
         ray.shutdown()
     assert sorted(seen) == ["m0", "m1", "m2"]

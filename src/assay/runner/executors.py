@@ -122,6 +122,16 @@ class RayExecutor:
             options["memory"] = memory
         return options
 
+    def _value(self, ref: Any) -> Any:
+        """The task's value; a ``UserError`` raised on the node is raised here as itself (one line for
+        the CLI), not wrapped in Ray's multi-line ``RayTaskError``."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as err:
+            if isinstance(err.cause, UserError):
+                raise err.cause from None
+            raise
+
     def _gather(self, refs: list[Any], on_result: Callable[[Any], None] | None) -> list[Any]:
         """Values of ``refs`` in order; ``on_result`` once per position as each arrives."""
         index = {ref: position for position, ref in enumerate(refs)}
@@ -133,7 +143,7 @@ class RayExecutor:
                 for ref in ready:
                     if index[ref] in done:
                         continue
-                    done[index[ref]] = value = self.ray.get(ref)
+                    done[index[ref]] = value = self._value(ref)
                     if on_result is not None:
                         on_result(value)
         except BaseException:
