@@ -109,3 +109,17 @@ def test_a_shipment_names_no_path_and_lands_on_the_node_cache(tmp_path: Path) ->
         assert all(cache in Path(source).parents for source in task.stage.values())
         assert task.shared_stage == original.shared_stage and task.key == original.key
         assert Path(task.stage["model.pt"]).read_bytes() == Path(original.stage["model.pt"]).read_bytes()
+
+
+def test_an_unchanged_source_is_not_packed_again(tmp_path: Path) -> None:
+    detector = _folder(tmp_path / "detector")
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"weights")
+    known: dict = {}
+    first, blobs = ship_all([Task("a", ["python"], stage={"detector": detector, "model.pt": model})], known)
+    assert len(blobs) == 2
+    again, blobs = ship_all([Task("b", ["python"], stage={"detector": detector})], known)
+    assert blobs == {} and again[0].stage["detector"] == first[0].stage["detector"]
+    (detector / "sub" / "weights.bin").write_bytes(b"retrained, a new size")
+    changed, blobs = ship_all([Task("c", ["python"], stage={"detector": detector})], known)
+    assert list(blobs) == [changed[0].stage["detector"]] != [first[0].stage["detector"]]

@@ -85,9 +85,10 @@ class RayExecutor:
 
     Connects on first use: to ``address`` (``auto``, ``HOST:PORT`` or ``ray://host:10001``) or, when None,
     to a running local cluster or a new one; ``init_kwargs`` go to ``ray.init``. Inputs travel by content
-    (``assay.runner.transfer``): each distinct staged file or folder is packed once per ``map``, put into
-    Ray's object store once per hash, and unpacked on each node into its own cache; results come back as
-    values. Only the runtime (this Python with ``assay``, bubblewrap) must be installed alike on every node.
+    (``assay.runner.transfer``): each distinct staged file or folder is packed once (again only when its
+    files changed, or after a ``map`` that did not use it), put into Ray's object store once per hash, and
+    unpacked on each node into its own cache; results come back as values. Only the runtime (this Python
+    with ``assay``, bubblewrap) must be installed alike on every node.
 
     A task whose node dies (a killed raylet, a lost machine) is run again elsewhere, up to ``max_retries``
     times; an error of the caller's (``UserError``, a blob that fails its hash) is never retried. Each task
@@ -107,6 +108,8 @@ class RayExecutor:
         self.init_kwargs = init_kwargs or {}
         self.max_retries = max_retries
         self._remotes: dict[Callable[..., Any], Any] = {}
+        self._packed: dict[tuple[Path, tuple], str] = {}  # (source, signature) -> hash, of the last map
+        self._refs: dict[str, Any] = {}  # hash -> object in the store, of the last map
 
     def _remote(self, function: Callable[..., Any]) -> Any:
         if not self.ray.is_initialized():
@@ -154,15 +157,22 @@ class RayExecutor:
 
     def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]:
         remote = self._remote(_run_shipped)
-        shipments, blobs = ship_all(list(tasks))
-        refs = {expected: self.ray.put(blob) for expected, blob in blobs.items()}
-        del blobs  # the object store holds them now
+        packed = dict(self._packed)  # updated only once this call has put its blobs
+        shipments, blobs = ship_all(list(tasks), packed)  # only sources new or changed are packed
+        refs: dict[str, Any] = {}
         calls = []
         for shipment in shipments:
             limits = shipment.task.limits
+            for h in [*shipment.stage.values(), shipment.image]:
+                if h is not None and h not in refs:
+                    refs[h] = self._refs[h] if h in self._refs else self.ray.put(blobs[h])
             needed = {h: refs[h] for h in [*shipment.stage.values(), shipment.image] if h is not None}
             options = self._options(limits.cpus, limits.gpus, limits.memory_bytes)
             calls.append(remote.options(**options).remote(shipment, needed, self.workdir, self.isolation))
+        # Keep what this call used, for the next one (a job's next chunk: the same detector, the same
+        # training split); anything older leaves the object store.
+        self._refs = refs
+        self._packed = {key: h for key, h in packed.items() if h in refs}
         return self._gather(calls, on_result)
 
     def call_map(
