@@ -537,9 +537,11 @@ def test_folders_of_dead_workers_are_swept(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale, foreign, live = work / "stale-1", work / "other-host-1", work / "live-1"
+    other_ns = work / "other-pid-namespace-1"  # same host and /tmp, another container or Ray node
     for folder, owner in (
         (stale, f"{socket.gethostname()} {dead.pid} 1"),
         (foreign, f"another-host {os.getpid()} 1"),
+        (other_ns, f"{socket.gethostname()} {dead.pid} 1 pid:[1]"),
         (
             live,
             f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}",
@@ -549,4 +551,4 @@ def test_folders_of_dead_workers_are_swept(tmp_path: Path) -> None:
         (folder / OWNER_FILE).write_text(owner)
     script = detector(tmp_path, "print('ok')\n")
     assert run_task(python_task(script), workdir=work).stdout == "ok\n"
-    assert sorted(p.name for p in work.iterdir()) == ["live-1", "other-host-1"]
+    assert sorted(p.name for p in work.iterdir()) == ["live-1", "other-host-1", "other-pid-namespace-1"]

@@ -64,15 +64,30 @@ def _start_time(pid: int) -> str | None:
     return stat_line.rsplit(")", 1)[1].split()[19]
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (``pid:[INODE]``): pids mean something only inside it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "?"
+
+
 def _owner() -> str:
     pid = os.getpid()
-    return f"{socket.gethostname()} {pid} {_start_time(pid)}"
+    return f"{socket.gethostname()} {pid} {_start_time(pid)} {_pid_namespace()}"
 
 
 def owner_is_dead(owner: str) -> bool:
-    """Whether the owner line names a process of this host that is gone (a reused pid has another start)."""
+    """Whether the owner line names a process of this host that is gone (a reused pid has another start).
+
+    A harness in another pid namespace with the same host name and temp dir (containers sharing ``/tmp``,
+    Ray nodes on one machine) is never judged: its pids mean other processes here. Owner lines of three
+    fields (before the namespace was recorded) are judged as before.
+    """
     parts = owner.split()
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+    if len(parts) not in (3, 4) or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    if len(parts) == 4 and parts[3] != _pid_namespace():
         return False
     return _start_time(int(parts[1])) != parts[2]
 
