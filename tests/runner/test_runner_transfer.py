@@ -69,6 +69,15 @@ def test_a_forged_or_swapped_blob_is_refused(tmp_path: Path) -> None:
     evil = buffer.getvalue()
     with pytest.raises(TransferError, match="not one packed entry"):
         unpack_cached(evil, digest(evil), tmp_path / "cache")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("entry"), io.BytesIO())
+        link = tarfile.TarInfo("entry/ground_truth.csv")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    linked = buffer.getvalue()
+    with pytest.raises(TransferError, match="refused"):
+        unpack_cached(linked, digest(linked), tmp_path / "cache")
     assert not (tmp_path / "escape.txt").exists() and not list((tmp_path / "cache").iterdir())
 
 

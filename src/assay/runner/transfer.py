@@ -87,7 +87,10 @@ def _extract(blob: bytes, expected: str, into: Path) -> Path:
         tops = {member.name.split("/", 1)[0] for member in tar.getmembers()}
         if len(tops) != 1 or not next(iter(tops)).startswith(ENTRY):
             raise TransferError(f"blob {expected[:12]}: not one packed entry ({sorted(tops)[:3]})")
-        tar.extractall(into, filter="data")
+        try:
+            tar.extractall(into, filter="data")
+        except tarfile.FilterError as err:  # a member pointing outside, a link, a device
+            raise TransferError(f"blob {expected[:12]}: {err}; refused") from None
     return into / tops.pop()
 
 
