@@ -400,7 +400,8 @@ async def annotator(
             if view is None or view.status_code != 200:
                 continue
             seq += 1
-            await think.pause(rng)  # reading the dialogue
+            if not await think.pause(rng, stop):  # reading the dialogue; the run ends mid-read
+                return
             likert = view.json()["likert"]
             rating = rng.randrange(len(likert))
             reason = f"annotator {index} note {seq}: the reply is {likert[rating]} (turn 2 pushes back)"
@@ -412,7 +413,7 @@ async def annotator(
                 record.acked.append((sent.json()["annotation_id"], task["id"], person, rating, reason))
             else:
                 record.failed_submits.add(task["id"])
-            await think.pause(rng)  # between tasks
+            await think.pause(rng, stop)  # between tasks
 
 
 @dataclass(frozen=True)
@@ -424,9 +425,14 @@ class Think:
     sigma: float = 0.8
     ramp: float = 0.0
 
-    async def pause(self, rng: random.Random) -> None:
-        if self.median > 0:
-            await asyncio.sleep(self.median * float(np.exp(rng.gauss(0.0, self.sigma))))
+    async def pause(self, rng: random.Random, stop: float) -> bool:
+        """Pause, but not past ``stop`` (a 40 s pause would keep the run going); False if it got there."""
+        if self.median <= 0:
+            return True
+        wanted = self.median * float(np.exp(rng.gauss(0.0, self.sigma)))
+        left = stop - time.perf_counter()
+        await asyncio.sleep(max(0.0, min(wanted, left)))
+        return wanted < left
 
 
 async def signed_in(base: str, username: str) -> httpx.AsyncClient:
