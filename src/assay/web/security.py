@@ -89,9 +89,10 @@ def optional_user(request: Request, session: DbSession) -> WebUser | None:
         _release(session)
         return user
     found = accounts.session_user(session, request.cookies.get(SESSION_COOKIE))
-    _release(session)
     if found is None:
+        session.commit()  # an expired session the lookup found is deleted (already flushed)
         return None
+    _release(session)
     user, web_session = found
     request.state.user, request.state.auth = user, "session"
     request.state.csrf_token = web_session.csrf_token
@@ -99,14 +100,16 @@ def optional_user(request: Request, session: DbSession) -> WebUser | None:
 
 
 def _release(session: Session) -> None:
-    """End the sign-in lookup's transaction: commit its bookkeeping (a last-used/last-seen time, an expired
-    session deleted) and hand the connection back before the request waits for its route's thread.
+    """Commit the sign-in lookup's bookkeeping (a last-used/last-seen time) at once, so no request holds
+    SQLite's write lock while it waits for its route's thread.
 
-    A request then never holds a connection, or SQLite's write lock, while it waits for a thread. Before,
-    under load, every thread could wait for a connection held by a request that was waiting for a thread:
-    a 30 s pool timeout and a 500 on PostgreSQL, a 30 s lock timeout on SQLite.
+    A lookup that only read keeps its transaction, and its connection, for the route: one checkout (and
+    its ping, BEGIN and COMMIT) fewer per request. That is safe because of the admission gate
+    (``assay.web.admission``): an admitted request never waits for a connection. Before the gate this
+    committed every time, which did not stop the crowd stall either (``docs/deploy.md``).
     """
-    session.commit()
+    if session.dirty or session.new or session.deleted:
+        session.commit()
 
 
 OptionalUser = Annotated[WebUser | None, Depends(optional_user)]
