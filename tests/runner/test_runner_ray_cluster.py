@@ -115,6 +115,14 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
         summary = json.loads(generated.stdout[generated.stdout.index("{") :])
         assert (summary["built"], summary["skipped"]) == (4, 0)
 
+        for node in cluster.nodes:  # the round is here, and in no node's view; nor are the other nodes
+            view = Path(f"/proc/{node.processes()[0].pid}/root")
+
+            def seen(path: Path, view: Path = view) -> bool:
+                return (view / path.relative_to("/")).exists()
+
+            assert (out / "models").is_dir() and not seen(out) and seen(node.root / "ray"), node.name
+            assert not any(seen(other.root / "ray") for other in cluster.nodes if other is not node)
         split_round(out, {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
         with sessions.begin() as session:
             rounds.create_round(session, "r1", out / "splits", per_model_timeout_s=120)
