@@ -110,6 +110,14 @@ def test_a_sub_apps_help_as_typed_needs_none_of_it_either(name: str) -> None:
     assert loaded_by(name, "--help", watch=HELP_FREE) == []
 
 
+def test_dyepack_fpr_needs_none_of_it_for_one_k_and_only_numpy_for_mixed_ks() -> None:
+    """``dyepack fpr`` reads its arguments without typer's pydantic adapter and computes one K's tail with
+    exact integers; mixed K (the Poisson-binomial convolution) is numpy's work."""
+    assert loaded_by("dyepack", "fpr", "-b", "8", "-a", "6", "--k", "4", "--json", watch=HELP_FREE) == []
+    mixed = loaded_by("dyepack", "fpr", "--k-list", "4,5,6", "-a", "3", watch=HELP_FREE)
+    assert {m.split(".")[0] for m in mixed} == {"numpy"}
+
+
 def test_user_list_at_head_imports_no_alembic(tmp_path: Path) -> None:
     """The store is at head after the first open: later ones read alembic_version, not the scripts (and,
     like every everyday command, no heavy library)."""

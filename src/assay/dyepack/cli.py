@@ -33,13 +33,15 @@ from assay.terminal import progress_bar
 
 if TYPE_CHECKING:
     from assay.dyepack.audit import StealthAudit
-    from assay.dyepack.verify import FalsePositiveRate, VerifyReport
+    from assay.dyepack.fpr import FalsePositiveRate
+    from assay.dyepack.verify import VerifyReport
 
 # The pillar, imported when a command first uses it: `assay dyepack --help` pays for none of it (pydantic,
 # numpy, the model protocol: 0.4 s). Help texts are this face's own, so the help needs none of it either;
 # tests/test_cli_startup.py holds the copies (here and in board_cli) to the pillar's.
 keys = lazy_module("assay.dyepack.key")
 verifying = lazy_module("assay.dyepack.verify")
+rates = lazy_module("assay.dyepack.fpr")  # `dyepack fpr` alone: no pydantic, no model protocol
 LAYOUT_HELP = (  # the layouts verify --formats takes (assay.dyepack.verify.LAYOUT_HELP)
     "release (the rows' own text as published), chat (our chat prompt), plain (question, (A) lines, "
     "Answer:), lm-eval (A. lines, Answer: X), fewshot (the release layout after solved clean rows)"
@@ -646,8 +648,8 @@ def fpr(
         k_values = [k] * backdoors
     else:
         raise UserError("give --backdoors B with --k K, or --k-list K1,K2,...")
-    result = verifying.false_positive_rate(k_values, activated)
+    result = rates.false_positive_rate(k_values, activated)
     if as_json:
-        typer.echo(result.model_dump_json(indent=2))
+        typer.echo(rates.fpr_json(result))
     else:
         show_fpr(result)
