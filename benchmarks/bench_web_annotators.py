@@ -20,6 +20,9 @@ prints FAIL and exits 1.
     python benchmarks/bench_web_annotators.py --annotators 50 --seconds 60 --baseline-seconds 15
     python benchmarks/bench_web_annotators.py --db postgresql --workers 1 2 4 --annotators 200 \
         --think-median 6 --seconds 60
+    # issue 27's crowd goals in about 5-7 minutes: think time at 2 workers, the stress case at 1, 2 and 4
+    python benchmarks/bench_web_annotators.py --db postgresql --annotators 200 --workers 2 \
+        --stress-workers 1 2 4 --think-median 6 --seconds 30 --baseline-seconds 5 --dialogues 800
 
 ``--db postgresql`` starts a throwaway PostgreSQL server (``tests/postgres.py``: its own cluster on
 127.0.0.1, fsync off) and gives each scenario a fresh database copied from the set-up's (``CREATE DATABASE
@@ -27,12 +30,16 @@ prints FAIL and exits 1.
 ``--think-median S`` makes each annotator pause between a task's view and its rating, and between tasks, for
 a log-normal time with median S seconds (sigma ``--think-sigma``, 0.8 by default: most pauses within a
 factor of 2.2 of the median, a few much longer), as people reading a dialogue do; each worker count is then
-run twice, with think time and without (the stress case). Server CPU counts the uvicorn process and its
-workers.
+run twice, with think time and without (the stress case); ``--stress-workers`` picks other worker counts for
+the stress case. A pause never runs past the end of the run. ``--ramp S`` spreads the annotators' arrival over
+S seconds (default: all at once, the hardest first minute). Server CPU counts the uvicorn process and its
+workers. The server's threads and connections per worker follow ``ASSAY_WEB_THREADS`` (``docs/deploy.md``).
 
 Prints the machine's CPU count and load average, then a markdown table: the 1-annotator baseline and the
-loaded run side by side, with ratios against the baseline measured in the same process. Client and server
-share the machine; the table says how much CPU each used per request.
+loaded run side by side, with ratios against the baseline measured in the same process, the load average
+after each, and the goals: worst route p95 over the run and its first minute, 5xx, and the stress case's
+requests/s at each worker count against one worker. Client and server share the machine; the table says
+how much CPU each used per request.
 """
 
 from __future__ import annotations
