@@ -427,6 +427,8 @@ def test_ray_executor_matches_local(tmp_path: Path) -> None:
     executor = RayExecutor(init_kwargs={"num_cpus": 2, "include_dashboard": False, "log_to_driver": False})
     try:
         remote = executor.map(tasks, on_result=lambda r: seen.append(r.key))
+        assert {r.node for r in remote} == {ray.get_runtime_context().get_node_id()}  # the one node here
+        assert {r.node for r in local} == {""}
         # A caller's mistake on a node comes back as the same one-line UserError as on this machine.
         sealed = python_task(script, "1", "{output}", key="sealed", require_isolation=True)
         executor.isolation = "none"
