@@ -1,8 +1,9 @@
 """Ray across nodes with no shared file system: a zoo generation and a leaderboard job on a head and two
 worker nodes (``ray start``, each in its own mount and pid namespace where the test's files do not exist,
-``tests/ray_cluster.py``), one worker node killed while its detector runs. Everything a node reads comes by
-content hash through Ray's object store into the node's own cache; results come back as values. Both end
-equal to a one-node run: the same model files, the same detector answers, each model counted once.
+``tests/ray_cluster.py``); in each, one worker node is killed while it trains a model or runs a detector
+(a fresh node takes the first one's place). Everything a node reads comes by content hash through Ray's
+object store into the node's own cache; results and models come back as values. Both end equal to a
+one-node run: the same weights, the same detector answers and metrics, each model counted once.
 """
 
 from __future__ import annotations
@@ -92,6 +93,32 @@ def _results(sessions, job_id: int) -> tuple[str, dict[str, float], dict[tuple, 
         return job.status, values, metrics, len(job.results), isolation
 
 
+def run_killing(args: list[str], env: dict[str, str], victim, marker: str, logs: Path) -> str:
+    """``python -m assay ARGS`` (stdout to ``LOGS.out``, stderr to ``LOGS.err``); once a process with
+    ``marker`` in its command line runs on the ``victim`` node, that node is killed. The command must
+    still succeed; its stderr is returned."""
+    out, err = logs.with_suffix(".out"), logs.with_suffix(".err")
+    with out.open("wb") as stdout, err.open("wb") as stderr:  # files: Ray's log lines never block it
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "assay", *args], env=env, stdout=stdout, stderr=stderr
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not victim.running(marker) and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not victim.running(marker):
+            pytest.fail(f"{args[:2]}: nothing ran on node {victim.name}:\n{err.read_text()[-3000:]}")
+        victim.kill()
+        driver.wait(timeout=240)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    log = err.read_text(errors="replace")
+    assert driver.returncode == 0, log[-3000:]
+    return log
+
+
 def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
     tmp_path: Path, tmp_path_factory, request
 ) -> None:
@@ -104,25 +131,27 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
     config_file.write_text(json.dumps(ZOO))  # YAML is a superset of JSON
     out = tmp_path / "round"
     hidden = [tmp_path_factory.getbasetemp()]  # the round, the artifacts, the database, ASSAY_HOME
-    with local_cluster(workers=2, hidden=hidden) as cluster:
-        env = {**os.environ, **cluster.env, "ASSAY_DB_URL": url, "OMP_NUM_THREADS": "1"}
-        ray_cli = ["--executor", "ray", "--address", cluster.address]
-        zoo = ["zoo", "generate", "-c", str(config_file), "-o", str(out), "--json", *ray_cli]
-        generated = subprocess.run(
-            [sys.executable, "-m", "assay", *zoo], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert generated.returncode == 0, generated.stderr[-3000:]
-        summary = json.loads(generated.stdout[generated.stdout.index("{") :])
-        assert (summary["built"], summary["skipped"]) == (4, 0)
-
-        for node in cluster.nodes:  # the round is here, and in no node's view; nor are the other nodes
+    with local_cluster(workers=3, hidden=hidden, start=False) as cluster:
+        cluster.start_workers(2)  # the third waits to take the place of the first one killed
+        for node in cluster.nodes:  # this test's folder is here, and in no node's view; nor are the others
             view = Path(f"/proc/{node.processes()[0].pid}/root")
 
             def seen(path: Path, view: Path = view) -> bool:
                 return (view / path.relative_to("/")).exists()
 
-            assert (out / "models").is_dir() and not seen(out) and seen(node.root / "ray"), node.name
+            assert config_file.is_file() and not seen(tmp_path) and seen(node.root / "ray"), node.name
             assert not any(seen(other.root / "ray") for other in cluster.nodes if other is not node)
+        env = {**os.environ, **cluster.env, "ASSAY_DB_URL": url, "OMP_NUM_THREADS": "1"}
+        ray_cli = ["--executor", "ray", "--address", cluster.address]
+        zoo = ["zoo", "generate", "-c", str(config_file), "-o", str(out), "--json", *ray_cli]
+        log = run_killing(zoo, env, cluster.workers[1], "build_packed", tmp_path / "zoo")
+        printed = (tmp_path / "zoo.out").read_text()  # Ray prints a lost node's error on stdout, any time
+        summary, _ = json.JSONDecoder().raw_decode(printed, printed.index('{\n  "out_dir"'))
+        assert "Task build_packed failed. There are 3 retries remaining" in printed  # lost, run again
+        assert (summary["built"], summary["skipped"]) == (4, 0), log
+        assert sorted(p.name for p in (out / "models").iterdir()) == [f"id-{i:08d}" for i in range(4)]
+        cluster.start_workers(1)
+
         split_round(out, {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
         with sessions.begin() as session:
             rounds.create_round(session, "r1", out / "splits", per_model_timeout_s=120)
@@ -131,32 +160,13 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
                 rounds.add_team(session, team)
         job_on_cluster = _submit(sessions, tmp_path, "alpha", 1.0)
 
-        worker_log = tmp_path / "worker.log"
-        with worker_log.open("wb") as sink:  # a file, not a pipe: Ray's log lines never block the worker
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "assay", "leaderboard", "worker", "--once", *ray_cli],
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            victim = cluster.workers[1]
-            deadline = time.monotonic() + 120
-            while not victim.running(MARKER) and worker.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if not victim.running(MARKER):
-                pytest.fail(f"no detector ran on the second worker node:\n{worker_log.read_text()[-3000:]}")
-            victim.kill()
-            killed_at = time.monotonic()
-            worker.wait(timeout=240)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-        log = worker_log.read_text(errors="replace")
-        assert worker.returncode == 0, log[-3000:]
-        finished_after_kill = time.monotonic() - killed_at
-        caches = {node.name: set(os.listdir(node.cache)) for node in cluster.workers}
+        started = time.monotonic()
+        log = run_killing(
+            ["leaderboard", "worker", "--once", *ray_cli], env, cluster.workers[2], MARKER, tmp_path / "lb"
+        )
+        job_seconds = time.monotonic() - started
+        assert "Task _run_shipped failed. There are 3 retries remaining" in (tmp_path / "lb.out").read_text()
+        caches = {node.name: set(os.listdir(node.cache)) for node in cluster.workers if node.cache.is_dir()}
         head_cache = cluster.nodes[0].cache
         assert not head_cache.exists()  # the head has no CPU for tasks: everything ran on the workers
 
@@ -194,4 +204,4 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
     for name in train_models:
         model_blob = digest(pack(models / name / "model.pt"))
         assert any(model_blob in names for names in caches.values()), name
-    assert finished_after_kill < 60
+    assert job_seconds < 120

@@ -105,7 +105,10 @@ class RayExecutor:
     ) -> None:
         self.ray = _import_ray()
         self.address, self.workdir, self.isolation = address, workdir, isolation
-        self.init_kwargs = init_kwargs or {}
+        # Ray forwards its workers' log lines to this process's stdout, which is the command's own
+        # (``--json``); a task's output is in its result anyway. (A lost node's error line Ray prints there
+        # all the same.)
+        self.init_kwargs = {"log_to_driver": False, **(init_kwargs or {})}
         self.max_retries = max_retries
         self._remotes: dict[Callable[..., Any], Any] = {}
         self._packed: dict[tuple[Path, tuple], str] = {}  # (source, signature) -> hash, of the last map
