@@ -183,6 +183,8 @@ def main() -> None:
     parser.add_argument("--speed", type=int, default=0, help="also time N training steps of each path")
     args = parser.parse_args()
 
+    import sys
+
     from assay.assets import asset_path
     from assay.data import read_benchmark
     from assay.dyepack.contaminate import TrainConfig, check_take, contaminate
@@ -191,6 +193,10 @@ def main() -> None:
     from assay.dyepack.verify import verify
     from assay.models import GenerationParams, load_model
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_dyepack_demo import machine
+
+    print(machine(), flush=True)  # the CPU, its flags, and whether bf16 is used
     args.out.mkdir(parents=True, exist_ok=True)
     clock = Clock()
     params = GenerationParams(max_new_tokens=args.max_new_tokens)
