@@ -25,6 +25,7 @@ filter that defaults to human-only, so the two are never mixed without asking.
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -343,8 +344,20 @@ def _person_condition() -> ColumnElement[bool]:
     )
 
 
-@lru_cache(maxsize=len(TASK_ROLE))
+_BUILDING = threading.Lock()
+
+
 def _claim_statement(kind: str) -> Any:
+    """:func:`_built_claim_statement`, built by one thread at a time: the web's request threads all ask
+    for it at a worker's start, and the statements share the module's aliases (``_OTHER``, ``_MINE``).
+    A loaded run once logged an unadapted ``_OTHER.participant_id`` and 151 empty claims while tasks
+    were open; not reproduced since, and building under a lock costs nothing after the first claim."""
+    with _BUILDING:
+        return _built_claim_statement(kind)
+
+
+@lru_cache(maxsize=len(TASK_ROLE))
+def _built_claim_statement(kind: str) -> Any:
     """``UPDATE star_tasks SET claimed WHERE id = (oldest eligible) AND still eligible RETURNING id``.
 
     On PostgreSQL the candidate is picked ``FOR UPDATE SKIP LOCKED``: claimers running at once take

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from assay.store.enums import STAR_ROLES, TaskKind, TaskStatus
@@ -77,6 +77,15 @@ class StarTask(Base):
         UniqueConstraint("arbitration_of"),  # at most one arbitration task per dialogue
         Index("ix_star_tasks_queue", "campaign_id", "kind", "status"),
         Index("ix_star_tasks_participant_claimed", "participant_id", "claimed_at"),
+        # Only the claimable tasks, oldest first: the claim's candidate without filtering finished work.
+        Index(
+            "ix_star_tasks_claimable",
+            "campaign_id",
+            "kind",
+            "id",
+            postgresql_where=text("status IN ('open', 'waiting')"),
+            sqlite_where=text("status IN ('open', 'waiting')"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
