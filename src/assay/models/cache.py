@@ -3,10 +3,11 @@
 Why SQLite: one file, no server, safe for several processes (WAL mode lets readers work while one writer
 commits), and a reply is durable as soon as its row is committed. Each reply is handed to a writer thread
 the moment the backend reports it and committed with whatever else arrived during the previous commit
-(one transaction per batch, about a millisecond apart), so a run stopped halfway (an exception, Ctrl-C, a
-lost server, even SIGKILL) loses at most the replies of that millisecond, and the next run asks only for
-what is missing. Why a thread: a commit per reply on the event loop's thread held back a 64-connection
-client by ~0.1-0.2 ms per reply, a fifth of its rate (``docs/benchmarks.md``).
+(one transaction per batch; at most one commit per 20 ms, replies arriving more slowly are committed at
+once), so a run stopped halfway (an exception, Ctrl-C, a lost server, even SIGKILL) loses at most the
+replies of those 20 ms, and the next run asks only for what is missing. Why a thread: a commit per reply
+on the event loop's thread held back a 64-connection client by ~0.1-0.2 ms per reply, a fifth of its rate
+(``docs/benchmarks.md``).
 
 The key is ``sha256(model_id, params.cache_key(), conversation JSON)``: a different model, decoding setting
 or conversation is a different entry. To draw several independent samples of one prompt, vary the seed.
@@ -48,6 +49,7 @@ CREATE TABLE IF NOT EXISTS responses (
     created_at REAL NOT NULL       -- unix time the reply was stored
 )
 """
+BATCH_WAIT = 0.02  # seconds a reply may wait for others before its commit
 _INSERT = "INSERT OR REPLACE INTO responses (key, model_id, response, created_at) VALUES (?, ?, ?, ?)"
 
 
@@ -118,9 +120,12 @@ class ResponseCache:
         failure: list[BaseException] = []
 
         def drain() -> None:
-            done = False
+            done, last_commit = False, 0.0
             while not done:
                 rows = [pending.get()]
+                # Replies arriving faster than one per BATCH_WAIT gather for one commit (one wake-up per
+                # batch, not per reply); a slower trickle is committed at once.
+                time.sleep(max(0.0, last_commit + BATCH_WAIT - time.monotonic()))
                 with contextlib.suppress(queue.Empty):
                     while True:
                         rows.append(pending.get_nowait())
@@ -131,6 +136,7 @@ class ResponseCache:
                         self._insert(batch)
                     except BaseException as error:  # reported to the caller when the block ends
                         failure.append(error)
+                last_commit = time.monotonic()
 
         thread = threading.Thread(target=drain, name="assay-cache-writer", daemon=True)
         thread.start()
