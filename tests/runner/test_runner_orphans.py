@@ -41,7 +41,7 @@ def test_a_killed_harness_leaves_no_detector_running(level: str) -> None:
     try:
         assert wait_for(lambda: processes_with(token), 60), "the detector never started"
         # The first process seen may be bwrap (or unshare) itself, still forking the sandbox: its child sets
-        # the parent-death signal only after the fork, so a kill in that window orphans it (1 run in ~20
+        # the parent-death signal only after the fork, so a kill in that window orphans it (2 of 13 runs
         # here). A harness killed mid-task, the case this guards, is past it.
         time.sleep(1.0)
     finally:
