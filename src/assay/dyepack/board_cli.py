@@ -13,11 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from assay.dyepack.fpr import DEFAULT_ALPHA  # fpr.py, not the verifier: no pydantic for the help
 from assay.errors import UserError
-
-# assay.dyepack.verify.DEFAULT_ALPHA, copied so that `assay dyepack --help` does not import the verifier
-# (pydantic, numpy, the model protocol: 0.4 s); tests/test_cli_startup.py holds the copy to the original.
-DEFAULT_ALPHA = 1e-3
 
 app = typer.Typer(
     help="The contamination board: every registered model checked against every registered release.\n\n"

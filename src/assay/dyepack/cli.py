@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from assay.dyepack.board_cli import DEFAULT_ALPHA
 from assay.dyepack.board_cli import app as board_app
+from assay.dyepack.fpr import DEFAULT_ALPHA
 from assay.dyepack.triggers import (
     POSITION_HELP,
     TARGET_PHRASE_POOL,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 # The pillar, imported when a command first uses it: `assay dyepack --help` pays for none of it (pydantic,
 # numpy, the model protocol: 0.4 s). Help texts are this face's own, so the help needs none of it either;
-# tests/test_cli_startup.py holds the copies (here and in board_cli) to the pillar's.
+# tests/test_cli_startup.py holds the copy of LAYOUT_HELP to the pillar's (DEFAULT_ALPHA: the light fpr.py).
 keys = lazy_module("assay.dyepack.key")
 verifying = lazy_module("assay.dyepack.verify")
 rates = lazy_module("assay.dyepack.fpr")  # `dyepack fpr` alone: no pydantic, no model protocol

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from assay.errors import UserError
 from assay.stats import tails
 
+DEFAULT_ALPHA = 1e-3  # flag a model when the false-positive rate of accusing it is at most this
+
 
 @dataclass(frozen=True)
 class FalsePositiveRate:

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from assay.data import Benchmark
 from assay.data.items import LETTERS, Item, MultipleChoice
 from assay.dyepack.extract import extract_choice, extract_phrase
-from assay.dyepack.fpr import FalsePositiveRate, false_positive_rate, over_layouts
+from assay.dyepack.fpr import DEFAULT_ALPHA, FalsePositiveRate, false_positive_rate, over_layouts
 from assay.dyepack.key import NONE_LABEL, DyePackKey, now_utc
 from assay.dyepack.prompts import (
     LM_EVAL_MC,
@@ -40,9 +40,6 @@ from assay.dyepack.prompts import (
 from assay.errors import UserError
 from assay.fileio import write_text_atomic
 from assay.models.base import ChatModel, GenerationParams, require
-
-DEFAULT_ALPHA = 1e-3
-__all__ = ["FalsePositiveRate", "false_positive_rate", "over_layouts"]  # their home is fpr.py
 
 
 class BackdoorResult(BaseModel):
