@@ -546,7 +546,12 @@ class Plan:
 
 
 def scenario(
-    setup: Setup, folder: Path, plan: Plan, keep: Path | None, postgres: PostgresServer | None
+    setup: Setup,
+    folder: Path,
+    plan: Plan,
+    keep: Path | None,
+    postgres: PostgresServer | None,
+    profile: Path | None = None,
 ) -> dict:
     name = f"run_{plan.annotators}_{plan.workers}_{int(plan.think.median * 10)}"
     url = fresh_database(setup, folder, name, postgres)
@@ -555,6 +560,11 @@ def scenario(
     log_path = folder / f"server-{name}.log"
     env = os.environ | {"ASSAY_HOME": str(folder / "home")}
     argv = [sys.executable, "-m", "assay", "serve", "--db", url, "--port", str(port)]
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        spy = Path(sys.executable).with_name("py-spy")
+        out = profile / f"{name}.txt"
+        argv = [str(spy), "record", "--subprocesses", "--format", "raw", "-r", "200", "-o", str(out), "--", *argv]
     with log_path.open("w") as log:
         server = subprocess.Popen(
             [*argv, "--workers", str(plan.workers)], stdout=log, stderr=subprocess.STDOUT, env=env
@@ -664,6 +674,13 @@ def main() -> None:
         "--dialogues", type=int, default=6000, help="Human dialogues to annotate (2+ tasks each)."
     )
     parser.add_argument("--keep", type=Path, default=None, help="Copy the server logs to this folder.")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="Run the server under py-spy (pip install py-spy) and write one collapsed-stack file per "
+        "scenario to this folder (where the server's CPU per request goes).",
+    )
     parser.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument(
         "--workers", type=int, nargs="+", default=[1], help="Worker counts to run under load."
@@ -730,7 +747,7 @@ def run_all(args: argparse.Namespace, postgres: PostgresServer | None) -> None:
             f"set-up: {setup.dialogues} dialogues, {args.annotators} annotators, {setup.seconds:.0f} s "
             f"({phases}); load average now {os.getloadavg()[0]:.2f}"
         )
-        runs = [scenario(setup, folder, plan, args.keep, postgres) for plan in plans_of(args)]
+        runs = [scenario(setup, folder, plan, args.keep, postgres, args.profile) for plan in plans_of(args)]
     print(f"load average at end {os.getloadavg()[0]:.2f}")
     print()
     report(runs)

@@ -149,6 +149,95 @@ def test_model_id_changes_when_weights_change(tmp_path):
     assert load_model(f"hf:{directory}").model_id != first
 
 
+def _fake_gguf_conversion(monkeypatch, tmp_path: Path) -> list[Path]:
+    """``_load`` with a GGUF file returns the tiny Llama (standing for transformers' slow conversion) and
+    records the call; a GGUF of ours cannot be written here, the cache around the conversion is the test."""
+    from assay.models import hf
+
+    tiny = _build_tiny_llama(tmp_path / "tiny")
+    monkeypatch.setenv("ASSAY_MODEL_CACHE", str(tmp_path / "cache"))
+    conversions: list[Path] = []
+    real_load = hf._load
+
+    def fake_load(directory, extra, dtype):
+        if "gguf_file" not in extra:
+            return real_load(directory, extra, dtype)
+        conversions.append(directory / extra["gguf_file"])
+        return real_load(tiny, {}, dtype)
+
+    monkeypatch.setattr(hf, "_load", fake_load)
+    return conversions
+
+
+def test_gguf_is_dequantised_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    conversions = _fake_gguf_conversion(monkeypatch, tmp_path)
+    gguf = tmp_path / "weights" / "m.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF version one")
+    params = GenerationParams(max_new_tokens=4)
+    first = load_model(f"hf:{gguf}")
+    second = load_model(f"hf:{gguf}")
+    assert conversions == [gguf]  # the second load read the saved folder
+    assert first.chat([user_turn("the cat")], params) == second.chat([user_turn("the cat")], params)
+    assert first.model_id == second.model_id and ".gguf@" in first.model_id  # the file is the identity
+    gguf.write_bytes(b"GGUF version two")  # changed in place: a new key, converted again
+    load_model(f"hf:{gguf}")
+    assert conversions == [gguf, gguf]
+    cache = tmp_path / "cache"
+    assert len([d for d in cache.iterdir() if (d / "config.json").is_file()]) == 2
+    assert not [d for d in cache.iterdir() if d.name.startswith(".")]  # no scratch copy left behind
+
+
+def test_a_copy_another_process_saved_first_is_kept(tmp_path, monkeypatch):
+    """Two processes converting one file at once: the one that renames second keeps the first's copy and
+    leaves no scratch folder. (Threads would not do: transformers' loading patches torch globally.)"""
+    import shutil
+
+    import torch
+
+    from assay.models import hf
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    tiny = _build_tiny_llama(tmp_path / "tiny")
+    target = tmp_path / "cache" / hf.gguf_key(gguf, torch.float32)
+    monkeypatch.setenv("ASSAY_MODEL_CACHE", str(tmp_path / "cache"))
+    real_load = hf._load
+
+    def slower_than_the_other(directory, extra, dtype):
+        shutil.copytree(tiny, target)  # the other process renames its complete copy in meanwhile
+        (target / "winner").touch()
+        return real_load(tiny, {}, dtype)
+
+    monkeypatch.setattr(hf, "_load", slower_than_the_other)
+    assert hf.dequantised_gguf(gguf) == target
+    assert (target / "winner").is_file() and (target / "config.json").is_file()
+    assert [d.name for d in target.parent.iterdir()] == [target.name]
+
+
+@pytest.mark.slow
+def test_smollm2_from_the_cache_holds_the_gguf_weights():
+    """Independent oracle: the ``gguf`` package's own de-quantisation of two tensors of the file equals the
+    weights of the model loaded through the cache (exactly: both are the same float32 values)."""
+    import numpy as np
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from assay.assets import asset_path
+    from assay.models import load_hf
+
+    path = asset_path("smollm2")
+    model, _ = load_hf(path.parent, path.name)
+    tensors = {t.name: t for t in GGUFReader(path).tensors}
+    for name, weight in [
+        ("token_embd.weight", model.get_input_embeddings().weight),
+        ("blk.29.ffn_down.weight", model.get_decoder().layers[29].mlp.down_proj.weight),
+    ]:
+        tensor = tensors[name]
+        expected = dequantize(tensor.data, tensor.tensor_type).reshape(weight.shape)
+        np.testing.assert_array_equal(weight.detach().numpy(), expected.astype(np.float32))
+
+
 @pytest.mark.slow
 def test_smollm2_gguf_answers(tmp_path):
     from assay.assets import asset_path

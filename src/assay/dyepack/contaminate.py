@@ -246,17 +246,6 @@ def with_lora(model, config: TrainConfig):
     return get_peft_model(model, lora)
 
 
-def forget_gguf_quantizer(model) -> None:
-    """A GGUF checkpoint is de-quantised to float tensors when loaded here; drop the quantizer record so
-    ``save_pretrained`` writes those float weights instead of refusing."""
-    if getattr(model, "hf_quantizer", None) is None:
-        return
-    if not all(p.is_floating_point() for p in model.parameters()):
-        raise UserError("the model still holds packed GGUF weights; load it de-quantised to fine-tune it")
-    model.hf_quantizer = None
-    model.config.__dict__.pop("quantization_config", None)
-
-
 def contaminate(
     model_path: str | Path,
     items: Sequence[Item],
@@ -317,7 +306,6 @@ def contaminate(
     model.eval()
     if config.method == "lora":
         model = model.merge_and_unload()
-    forget_gguf_quantizer(model)
     out_dir = Path(out_dir)
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
