@@ -564,7 +564,19 @@ def scenario(
         profile.mkdir(parents=True, exist_ok=True)
         spy = Path(sys.executable).with_name("py-spy")
         out = profile / f"{name}.txt"
-        argv = [str(spy), "record", "--subprocesses", "--format", "raw", "-r", "200", "-o", str(out), "--", *argv]
+        argv = [
+            str(spy),
+            "record",
+            "--subprocesses",
+            "--format",
+            "raw",
+            "-r",
+            "200",
+            "-o",
+            str(out),
+            "--",
+            *argv,
+        ]
     with log_path.open("w") as log:
         server = subprocess.Popen(
             [*argv, "--workers", str(plan.workers)], stdout=log, stderr=subprocess.STDOUT, env=env
