@@ -253,3 +253,29 @@ def test_cached_block_inputs_give_the_same_loss_and_gradients_as_the_full_model(
     )
     for name, grad in full_grads.items():
         torch.testing.assert_close(cached_grads[name], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_batches_by_length_cover_each_row_once_an_epoch_with_less_padding():
+    import random
+
+    from assay.dyepack.contaminate import batches_by_length
+
+    rng = random.Random(5)
+    lengths = [rng.randint(150, 230) for _ in range(83)]
+    examples = [([0] * n, [0] * n) for n in lengths]
+
+    def padded(batches):  # tokens computed, padding included
+        return sum(max(lengths[i] for i in b) * len(b) for b in batches)
+
+    grouped, shuffled = [], []
+    for _ in range(20):
+        batches = batches_by_length(examples, 8, rng)
+        assert sorted(i for b in batches for i in b) == list(range(83))
+        assert sorted(len(b) for b in batches) == [3] + [8] * 10
+        grouped.append(padded(batches))
+        order = rng.sample(range(83), 83)
+        shuffled.append(padded([order[s : s + 8] for s in range(0, 83, 8)]))
+    assert sum(grouped) / sum(lengths) / 20 < 1.03 < sum(shuffled) / sum(lengths) / 20
+    first = batches_by_length(examples, 8, random.Random(1))
+    assert first == batches_by_length(examples, 8, random.Random(1))  # the seed decides
+    assert first != batches_by_length(examples, 8, random.Random(2))

@@ -195,6 +195,24 @@ def collate_states(states, batch: Sequence[tuple[list[int], list[int]]], pad_id:
     return hidden, mask, labels
 
 
+def batches_by_length(
+    examples: Sequence[tuple[list[int], list[int]]], batch_size: int, rng: random.Random
+) -> list[list[int]]:
+    """One epoch's batches of example indices: shuffled, sorted by length within windows of 50 batches
+    (transformers' ``group_by_length``), the batches then in random order. Rows of a batch are padded to its
+    longest, and padding is computed like any token: on 80 BBH rows, batch 8, random batches compute 9.7 %
+    padding, these 1.5 %."""
+    import torch
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    lengths = [len(ids) for ids, _ in examples]
+    generator = torch.Generator().manual_seed(rng.getrandbits(63))
+    order = get_length_grouped_indices(lengths, batch_size, mega_batch_mult=50, generator=generator)
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 def freeze_below(model, top_layers: int) -> None:
     """Leave only the top ``top_layers`` decoder blocks and the final norm trainable."""
     decoder = model.get_decoder()
@@ -285,10 +303,7 @@ def contaminate(
     started = time.perf_counter()
     with blocks_from(model, first):
         for _ in range(config.epochs):
-            order = list(range(len(examples)))
-            order_rng.shuffle(order)
-            for start in range(0, len(order), config.batch_size):
-                chosen = order[start : start + config.batch_size]
+            for chosen in batches_by_length(examples, config.batch_size, order_rng):
                 batch = [examples[i] for i in chosen]
                 if states is None:
                     inputs, mask, labels = collate(batch, pad_id)
