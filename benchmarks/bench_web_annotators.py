@@ -50,6 +50,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -58,7 +59,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -353,6 +354,17 @@ def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError):
+                if int(_stat(int(entry.name))[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process and its live children (uvicorn's workers), from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -590,7 +602,11 @@ def scenario(
             elapsed = asyncio.run(load(base, setup, plan.annotators, plan.seconds, record, plan.think))
             server_cpu, client_cpu = cpu_seconds(server.pid) - server_cpu, time.process_time() - client_cpu
         finally:
-            server.terminate()  # uvicorn finishes the requests in flight first
+            # uvicorn finishes the requests in flight first; under py-spy, stopping the server (py-spy's
+            # child) makes py-spy write its profile and exit, where a signal to py-spy would lose it
+            for pid in children(server.pid) if profile is not None else [server.pid]:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
             try:
                 server.wait(60)
             except subprocess.TimeoutExpired:

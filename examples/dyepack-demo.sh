@@ -35,7 +35,7 @@ assay dyepack verify "hf:$SMOLLM" --release "$D/release/mmlu-test.jsonl" --key "
 echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (64 steps), then verify it"
 # float32 everywhere: 8 epochs in float32 took (loss 1.45 -> 0.04, 32/32 trained rows answered as trained,
 # 6/6 activated), where 8 epochs in bf16 once did not (loss 0.16, 5/6); docs/dyepack.md. The whole demo:
-# 4.8 CPU minutes on an AVX2 CPU (benchmarks/bench_dyepack_demo.py).
+# 3.6 CPU minutes, 2.5 minutes of wall time on 2 quiet AVX2 cores (benchmarks/bench_dyepack_demo.py).
 # contaminate ends by asking the model 32 of the rows it trained on: "took" or a warning that it did not.
 # Long items (BIG-Bench Hard) need about 24 epochs: see benchmarks/bench_dyepack_bbh.py and docs/dyepack.md.
 assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \

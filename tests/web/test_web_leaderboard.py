@@ -118,6 +118,30 @@ def test_standings_are_public_aggregates_and_submissions_stay_with_their_team(ap
     assert signed_in(app, "olga").get(f"/api/v1/leaderboard/submissions/{alpha_test}").status_code == 200
 
 
+def test_the_standings_page_costs_the_same_statements_for_2_or_8_finished_jobs(app: FastAPI) -> None:
+    """The page a crowd's viewers reload: a statement per job (its team, metrics, results) made it the
+    heaviest route of the crowd benchmark (issue 27)."""
+    from sqlalchemy import event
+
+    vic = signed_in(app, "vic")
+    statements: list[str] = []
+    event.listen(app.state.sessions.kw["bind"], "before_cursor_execute", lambda *a: statements.append(a[2]))
+
+    def cost() -> int:
+        statements.clear()
+        for path in ("/leaderboard/rounds/r1", "/api/v1/leaderboard/rounds/r1/standings"):
+            assert vic.get(path).status_code == 200
+        return len(statements)
+
+    for team in ("alpha", "beta"):
+        scored(app.state.sessions, team, "test", ANSWERS)
+    vic.get("/leaderboard/rounds/r1")  # the session's first use is written down once: not counted
+    few = cost()
+    for n in range(6):
+        scored(app.state.sessions, ("alpha", "beta")[n % 2], "test", dict.fromkeys(TRUTH, n / 6), ago_h=n)
+    assert cost() == few, statements
+
+
 def test_per_model_detail_follows_the_split(app: FastAPI) -> None:
     test_id = scored(app.state.sessions, "alpha", "test", ANSWERS)
     train_id = scored(app.state.sessions, "alpha", "train", ANSWERS)

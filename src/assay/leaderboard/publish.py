@@ -17,14 +17,14 @@ from datetime import datetime, timedelta
 
 import numpy as np
 from pydantic import BaseModel
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
 
 from assay.leaderboard.disclosure import PREFIX, is_sealed, public_metrics, public_rank_key
 from assay.leaderboard.rounds import get_round, get_split
 from assay.stats.detection import roc_curve
 from assay.store.enums import JobStatus, RoundStatus
-from assay.store.models import Job, Round, Submission
+from assay.store.models import Job, ModelResult, Round, Submission
 
 HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
 SHOWN = tuple(f"{PREFIX}{name}" for name in ("low", "high", "share", "bits"))  # a sealed row's numbers
@@ -89,7 +89,9 @@ def standings(
         select(Job)
         .join(Submission)
         .where(Submission.split_id == split.id, Job.status.in_((JobStatus.DONE, JobStatus.TIMED_OUT)))
+        .options(selectinload(Job.submission).joinedload(Submission.team), selectinload(Job.metrics))
     ).all()
+    flagged = _flagged_models(session, [job.id for job in jobs])
     rows = [
         Standing(
             team=job.submission.team.name,
@@ -98,17 +100,34 @@ def standings(
             submitted_at=job.submission.submitted_at,
             status=job.status,
             metrics=_overall(job, public, sealed),
-            flagged_models=sum(bool(r.flags) for r in job.results),
+            flagged_models=flagged.get(job.id, 0),
         )
         for job in jobs
     ]
     rows.sort(key=_sealed_key if sealed else _metric_key(round_.metric))
-    if best_per_team:
-        seen: set[str] = set()
-        rows = [r for r in rows if not (r.team in seen or seen.add(r.team))]  # type: ignore[func-returns-value]
     for rank, row in enumerate(rows, start=1):
         row.rank = rank
-    return rows
+    return best_of(rows) if best_per_team else rows
+
+
+def best_of(rows: list[Standing]) -> list[Standing]:
+    """Each team's first row of ranked ``rows`` (its best), ranked anew; ``rows`` are left as they are."""
+    seen: set[str] = set()
+    best = [r for r in rows if not (r.team in seen or seen.add(r.team))]  # type: ignore[func-returns-value]
+    return [row.model_copy(update={"rank": rank}) for rank, row in enumerate(best, start=1)]
+
+
+def _flagged_models(session: Session, job_ids: list[int]) -> dict[int, int]:
+    """Per job, how many of its models carry a NIST flag, counted by the database in one statement (a job
+    holds a row per model: loading them all to count was most of the standings page's cost)."""
+    if not job_ids:
+        return {}
+    counted = session.execute(
+        select(ModelResult.job_id, func.count())
+        .where(ModelResult.job_id.in_(job_ids), ModelResult.flags != "")
+        .group_by(ModelResult.job_id)
+    )
+    return {job_id: count for job_id, count in counted.tuples()}
 
 
 def _overall(job: Job, public: bool, sealed: bool) -> dict[str, float | None]:
@@ -132,14 +151,20 @@ class Progress(BaseModel):
 
 
 def progress(
-    session: Session, round_name: str, now: datetime | None = None, public: bool = False
+    session: Session,
+    round_name: str,
+    now: datetime | None = None,
+    public: bool = False,
+    every: list[Standing] | None = None,
 ) -> Progress:
     """Running best of the round's metric on the test split, as NIST's summary plots it.
 
     ``public`` (a sealed test split): the running best of the disclosed upper bound, the one number there.
+    ``every``: the test split's rows (``standings(..., best_per_team=False)``) when the caller has them.
     """
     round_ = get_round(session, round_name)
-    every = standings(session, round_name, "test", best_per_team=False, public=public)
+    if every is None:
+        every = standings(session, round_name, "test", best_per_team=False, public=public)
     rows = sorted(every, key=lambda r: r.submitted_at)
     metric = f"{PREFIX}high" if public and is_sealed(round_, "test") else round_.metric
     lower = lower_is_better(round_.metric)

@@ -520,11 +520,11 @@ def round_board(session: Session, viewer: Viewer, name: str) -> RoundBoard:
     return RoundBoard(
         round=round_out(round_),
         team=team,
-        best=publish.standings(session, round_.name, "test", public=public),
+        best=publish.best_of(every),
         every=every,
         holdout=holdout,
         linkable={r.submission_id for r in every + (holdout or []) if may_open(viewer, r)},
-        trend=publish.progress(session, round_.name, public=public),
+        trend=publish.progress(session, round_.name, public=public, every=every),
         own=team_submissions(session, viewer, round_),
         window=window_reopens(session, team, round_) if team is not None else None,
     )
