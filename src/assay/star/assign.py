@@ -433,19 +433,32 @@ def claim_next(
     sessions: sessionmaker[Session], participant_id: int, kind: str, now: datetime | None = None
 ) -> int | None:
     """Atomically claim the oldest task of ``kind`` this person may take; None when there is none."""
+    with sessions() as session:
+        who = claimant(session, participant_id, kind)
+    return claim_as(sessions, who, now)
+
+
+def claimant(session: Session, participant_id: int, kind: str) -> _Claimant | None:
+    """Who claims, as ``claim_as`` needs it (their groups and qualified rules); None when their role or
+    opt-out rules them out. Read in a caller's transaction, it costs no round trip for rows already there."""
     if kind not in TASK_ROLE:
         raise UserError(f"unknown task kind {kind!r} (kinds: {', '.join(TASK_ROLE)})")
-    with sessions() as session:
-        who = _claimant(session, participant_id, kind)
+    return _claimant(session, participant_id, kind)
+
+
+def claim_as(
+    sessions: sessionmaker[Session], who: _Claimant | None, now: datetime | None = None
+) -> int | None:
+    """The claim itself: one conditional UPDATE in its own transaction, retried on a lock past the busy
+    timeout or a lost race (PostgreSQL)."""
     if who is None:
         return None
-    statement, params = _claim_statement(kind), _claim_params(who, _utc(now))
+    statement, params = _claim_statement(who.kind), _claim_params(who, _utc(now))
 
     def claim() -> int | None:
         with sessions.begin() as session:
             return session.scalar(statement, params)
 
-    # a lock past the busy timeout, or a lost race (PostgreSQL)
     return retry(claim, on=(OperationalError, IntegrityError), attempts=RETRIES, wait=_backoff)
 
 

@@ -54,12 +54,20 @@ class CampaignSettings(BaseModel):
     break_minutes: int = Field(DEFAULT_BREAK_MINUTES, ge=0, le=600, description="0 turns the reminder off.")
 
 
+SETTINGS_KEY = "star_settings"  # where settings_of keeps what it read, in session.info
+
+
 def settings_of(session: Session, campaign: StarCampaign) -> CampaignSettings:
-    """The campaign's settings (the defaults until an organiser saves some)."""
-    row = session.scalar(select(StarWebSettings).where(StarWebSettings.campaign_id == campaign.id))
-    if row is None:
-        return CampaignSettings()
-    return CampaignSettings.model_validate(row, from_attributes=True)
+    """The campaign's settings (the defaults until an organiser saves some), read once per session: a STAR
+    request asks for them in several steps (the claim timeout, the task's deadline), each a round trip
+    before. ``save_settings`` through the same session updates what it remembers."""
+    remembered = session.info.setdefault(SETTINGS_KEY, {})
+    if campaign.id not in remembered:
+        row = session.scalar(select(StarWebSettings).where(StarWebSettings.campaign_id == campaign.id))
+        remembered[campaign.id] = (
+            CampaignSettings() if row is None else CampaignSettings.model_validate(row, from_attributes=True)
+        )
+    return remembered[campaign.id]  # type: ignore[no-any-return]
 
 
 def check_model_spec(spec: str) -> str:
@@ -80,6 +88,7 @@ def save_settings(session: Session, campaign: StarCampaign, new: CampaignSetting
         setattr(row, name, value)
     row.updated_at = utcnow()
     session.flush()
+    session.info.setdefault(SETTINGS_KEY, {})[campaign.id] = new
     return new
 
 

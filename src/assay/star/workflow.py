@@ -43,7 +43,8 @@ from assay.star.assign import (
     Rating,
     arbitration_view,
     campaign_spec,
-    claim_next,
+    claim_as,
+    claimant,
     release_expired_claims,
     shortfalls,
     submit_annotation,
@@ -193,9 +194,20 @@ def open_task(session: Session, worker: Worker, task_id: int, now: datetime | No
         raise NotYours("no such task of yours")
     if task.status == TaskStatus.CLAIMED:
         campaign = session.get_one(StarCampaign, task.campaign_id)
-        if expired_claims(session, campaign, now or utcnow(), among=[task.id]):
+        if _past_their_time(session, campaign, [task], now or utcnow()):
             raise NotYours("no such task of yours")
     return task
+
+
+def _past_their_time(
+    session: Session, campaign: StarCampaign, tasks: list[StarTask], now: datetime
+) -> set[int]:
+    """Which of these loaded claimed tasks ``expired_claims`` would release now. Their claim times are at
+    hand, so the database is asked only about the stale ones (whether a chat on them is still active): one
+    round trip fewer on every task a worker opens (issue 27's crowd)."""
+    cutoff = now - _timeout(session, campaign)
+    stale = [t.id for t in tasks if t.claimed_at is not None and as_utc(t.claimed_at) < cutoff]
+    return set(expired_claims(session, campaign, now, among=stale)) if stale else set()
 
 
 def person_of(session: Session, worker: Worker, participant_id: int | None) -> StarParticipant:
@@ -229,7 +241,7 @@ def _held(session: Session, person: StarParticipant, now: datetime) -> list[Star
     )
     tasks = list(session.scalars(query.order_by(StarTask.claimed_at)))
     campaign = session.get_one(StarCampaign, person.campaign_id)
-    gone = set(expired_claims(session, campaign, now, among=[t.id for t in tasks])) if tasks else set()
+    gone = _past_their_time(session, campaign, tasks, now)
     return [t for t in tasks if t.id not in gone]
 
 
@@ -391,10 +403,10 @@ def claim(
             raise NotAllowed(f"you may not take {KIND_LABEL.get(kind, kind)} tasks")
         expire(session, session.get_one(StarCampaign, person.campaign_id), now)
         held = [t.id for t in _held(session, person, now) if t.kind == kind]
-        person_id = person.id
+        who = None if held else claimant(session, person.id, kind)
     if held:
         return Claim(held[0], False)
-    return Claim(claim_next(sessions, person_id, kind, now), True)
+    return Claim(claim_as(sessions, who, now), True)
 
 
 def expire(session: Session, campaign: StarCampaign, now: datetime) -> list[int]:
