@@ -24,7 +24,7 @@ from assay.leaderboard.disclosure import PREFIX, is_sealed, public_metrics, publ
 from assay.leaderboard.rounds import get_round, get_split
 from assay.stats.detection import roc_curve
 from assay.store.enums import JobStatus, RoundStatus
-from assay.store.models import Job, ModelResult, Round, Submission
+from assay.store.models import Job, MetricResult, ModelResult, Round, Submission
 
 HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
 SHOWN = tuple(f"{PREFIX}{name}" for name in ("low", "high", "share", "bits"))  # a sealed row's numbers
@@ -89,9 +89,10 @@ def standings(
         select(Job)
         .join(Submission)
         .where(Submission.split_id == split.id, Job.status.in_((JobStatus.DONE, JobStatus.TIMED_OUT)))
-        .options(selectinload(Job.submission).joinedload(Submission.team), selectinload(Job.metrics))
+        .options(selectinload(Job.submission).joinedload(Submission.team))
     ).all()
     flagged = _flagged_models(session, [job.id for job in jobs])
+    overall = _overall_metrics(session, [job.id for job in jobs])
     rows = [
         Standing(
             team=job.submission.team.name,
@@ -99,7 +100,7 @@ def standings(
             technique=job.submission.technique,
             submitted_at=job.submission.submitted_at,
             status=job.status,
-            metrics=_overall(job, public, sealed),
+            metrics=public_metrics(overall[job.id], sealed) if public else overall[job.id],
             flagged_models=flagged.get(job.id, 0),
         )
         for job in jobs
@@ -130,10 +131,19 @@ def _flagged_models(session: Session, job_ids: list[int]) -> dict[int, int]:
     return {job_id: count for job_id, count in counted.tuples()}
 
 
-def _overall(job: Job, public: bool, sealed: bool) -> dict[str, float | None]:
-    """A job's overall metrics: all for organisers, the public ones (``disclosure.public_metrics``) else."""
-    overall = {m.name: m.value for m in job.metrics if not m.group_column}
-    return public_metrics(overall, sealed) if public else overall
+def _overall_metrics(session: Session, job_ids: list[int]) -> dict[int, dict[str, float | None]]:
+    """Per job, its overall metrics (not the per-group ones, which are most of a job's metric rows), all
+    for organisers; the caller keeps the public ones (``disclosure.public_metrics``) for everyone else."""
+    overall: dict[int, dict[str, float | None]] = {job_id: {} for job_id in job_ids}
+    if job_ids:
+        rows = session.execute(
+            select(MetricResult.job_id, MetricResult.name, MetricResult.value).where(
+                MetricResult.job_id.in_(job_ids), MetricResult.group_column == ""
+            )
+        )
+        for job_id, name, value in rows.tuples():
+            overall[job_id][name] = value
+    return overall
 
 
 def _sealed_key(row: Standing) -> tuple[float, float, datetime]:
