@@ -161,3 +161,20 @@ def test_weights_that_do_not_fit_are_named(tmp_path):
     (folder / "reduced-config.json").write_text("{}")
     with pytest.raises(UserError, match=r"reduced-config\.json: not an architecture description"):
         load_weights(folder)
+
+
+def test_equal_weights_give_equal_bytes(tmp_path):
+    """Ray moves model folders by content hash (issue 27): safetensors writes its metadata from a Rust
+    HashMap, so the same model saved twice came out in either key order (2 distinct files in 30 saves)."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    model = build_model("mlp", 8, SHAPES["digits"], 10)
+    digests = set()
+    for n in range(30):
+        saved = save_weights(model, tmp_path / f"m{n}.safetensors")
+        digests.add(hashlib.sha256(saved.read_bytes()).hexdigest())
+    assert len(digests) == 1
+    loaded = load_file(tmp_path / "m0.safetensors")
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())

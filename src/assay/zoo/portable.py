@@ -52,15 +52,31 @@ def save_model(model: nn.Module, path: str | Path) -> Path:
 
 
 def save_weights(model: nn.Module, path: str | Path) -> Path:
-    """Write the state dict as safetensors, atomically: the form a cautious detector loads without pickle."""
-    from safetensors.torch import save_file
+    """Write the state dict as safetensors, atomically: the form a cautious detector loads without pickle.
+    Equal weights give equal bytes (:func:`canonical_header`), so a model's content hash names it."""
+    from safetensors.torch import save
 
     path = Path(path)
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
+    data = save(state, metadata={"format": "pt", "architecture": type(model).__name__})
     with atomic_path(path) as tmp:
-        save_file(state, str(tmp), metadata={"format": "pt", "architecture": type(model).__name__})
-        tmp.chmod(0o644)  # safetensors creates its files owner-only; model files are for any detector to read
+        tmp.write_bytes(canonical_header(data))
+        tmp.chmod(0o644)  # readable by any detector, as model files are
     return path
+
+
+def canonical_header(data: bytes) -> bytes:
+    """``data`` (a safetensors file) with its JSON header's keys sorted, padded to its old length.
+
+    safetensors writes the metadata from a Rust ``HashMap``, whose order changes from one save to the next,
+    so one model saved twice could give two files (2 in 30 saves here) and two content hashes for Ray's
+    transfer (issue 27). Sorting keeps every offset and tensor byte; only the header's key order changes."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) > size:  # pragma: no cover - the same keys and values, so never longer
+        return data
+    return data[:8] + text + b" " * (size - len(text)) + data[8 + size :]
 
 
 def load_weights(model_dir: str | Path) -> nn.Module:
