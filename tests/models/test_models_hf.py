@@ -210,9 +210,25 @@ def test_a_copy_another_process_saved_first_is_kept(tmp_path, monkeypatch):
         return real_load(tiny, {}, dtype)
 
     monkeypatch.setattr(hf, "_load", slower_than_the_other)
-    assert hf.dequantised_gguf(gguf) == target
+    hf.load_hf(gguf.parent, gguf.name)
     assert (target / "winner").is_file() and (target / "config.json").is_file()
     assert [d.name for d in target.parent.iterdir()] == [target.name]
+
+
+def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_load(tmp_path, monkeypatch):
+    conversions = _fake_gguf_conversion(monkeypatch, tmp_path)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("ASSAY_MODEL_CACHE", str(blocker / "models"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    params = GenerationParams(max_new_tokens=3)
+    with pytest.warns(UserWarning, match=r"cannot keep the de-quantised model in .*ASSAY_MODEL_CACHE"):
+        model = load_model(f"hf:{gguf}")
+    assert model.chat([user_turn("the dog")], params)[0]  # the converted model answers all the same
+    with pytest.warns(UserWarning):
+        load_model(f"hf:{gguf}")
+    assert conversions == [gguf, gguf]  # nothing kept: each load converted
 
 
 @pytest.mark.slow

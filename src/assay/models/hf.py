@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def load_hf(
 ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a local directory, optionally a GGUF file inside it, never downloading
     (``local_files_only``). A GGUF file is de-quantised to ``dtype`` once and kept as a transformers folder
-    (:func:`dequantised_gguf`): later loads take about a second instead of ~35 CPU seconds.
+    (:func:`keep_dequantised`): later loads take about a second instead of ~35 CPU seconds.
 
     The tokenizer gets ``pad_token = eos_token`` when it has no pad token; its padding side is left as is.
     The model is in eval mode.
@@ -68,11 +69,11 @@ def load_hf(
     directory = Path(path)
     if not directory.is_dir():
         raise UserError(f"hf model directory not found: {directory}")
-    if gguf_file is not None:
-        if not (directory / gguf_file).is_file():
-            raise UserError(f"GGUF file not found: {directory / gguf_file}")
-        directory = dequantised_gguf(directory / gguf_file, dtype)
-    return _load(directory, {}, dtype)
+    if gguf_file is None:
+        return _load(directory, {}, dtype)
+    if not (directory / gguf_file).is_file():
+        raise UserError(f"GGUF file not found: {directory / gguf_file}")
+    return _load_gguf(directory / gguf_file, dtype)
 
 
 def _load(directory: Path, extra: dict[str, Any], dtype: torch.dtype) -> tuple[Any, Any]:
@@ -120,29 +121,46 @@ def gguf_key(file: Path, dtype: torch.dtype) -> str:
     return digest.hexdigest()[:32]
 
 
-def dequantised_gguf(file: Path, dtype: torch.dtype = torch.float32) -> Path:
-    """A transformers folder with ``file``'s weights de-quantised to ``dtype`` and its tokenizer, made on
-    first use. transformers parses the GGUF three times (config, tokenizer, weights), ~35 CPU seconds for
-    SmolLM2-135M; the folder loads in about one. Complete folders only: the copy is written beside its
-    place and renamed into it; when two processes race, the first rename wins and the other's copy goes."""
+def _load_gguf(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    """A GGUF model from its de-quantised copy, or converted now and the copy kept for next time.
+
+    transformers parses the GGUF three times (config, tokenizer, weights), ~35 CPU seconds for
+    SmolLM2-135M; the copy loads in about half a second."""
+    target = model_cache_root() / gguf_key(file, dtype)
+    if (target / "config.json").is_file():
+        return _load(target, {}, dtype)
+    model, tokenizer = _load(file.parent, {"gguf_file": file.name}, dtype)
+    forget_gguf_quantizer(model)
+    keep_dequantised(model, tokenizer, target)
+    return model, tokenizer
+
+
+def keep_dequantised(model: Any, tokenizer: Any, target: Path) -> bool:
+    """Save a complete copy at ``target``: written beside it and renamed in, so a reader never sees half a
+    folder; when two processes race, the first rename wins and the other's copy goes. A cache that cannot
+    be written (a read-only home) costs the next load a conversion, never this one: a warning, False."""
     import shutil
     import tempfile
 
-    target = model_cache_root() / gguf_key(file, dtype)
-    if (target / "config.json").is_file():
-        return target
-    model, tokenizer = _load(file.parent, {"gguf_file": file.name}, dtype)
-    forget_gguf_quantizer(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    scratch = None
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         model.save_pretrained(scratch / "model")
         tokenizer.save_pretrained(scratch / "model")
         with contextlib.suppress(OSError):  # another process renamed its copy first: keep that one
             (scratch / "model").rename(target)
+    except OSError as error:
+        warnings.warn(
+            f"cannot keep the de-quantised model in {target.parent} ({error}); the next load converts the "
+            f"GGUF file again (set {MODEL_CACHE_ENV} to a writable folder)",
+            stacklevel=2,
+        )
+        return False
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return target
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return True
 
 
 def forget_gguf_quantizer(model: Any) -> None:
