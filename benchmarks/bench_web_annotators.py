@@ -34,6 +34,8 @@ run twice, with think time and without (the stress case); ``--stress-workers`` p
 the stress case. A pause never runs past the end of the run. ``--ramp S`` spreads the annotators' arrival over
 S seconds (default: all at once, the hardest first minute). Server CPU counts the uvicorn process and its
 workers. The server's threads and connections per worker follow ``ASSAY_WEB_THREADS`` (``docs/deploy.md``).
+``--profile DIR`` runs the server under py-spy (``pip install py-spy``; not installed by the Makefile) and
+writes each scenario's collapsed stacks to ``DIR/run_*.txt``; its timings are then not comparable.
 
 Prints the machine's CPU count and load average, then a markdown table: the 1-annotator baseline and the
 loaded run side by side, with ratios against the baseline measured in the same process, the load average
