@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -45,7 +45,10 @@ EMBEDDERS = {  # the thematic-map choices a face offers: make_embedder names and
 
 
 class CampaignSettings(BaseModel):
-    """What an organiser sets per campaign; bounded so a typo cannot lock people out for a year."""
+    """What an organiser sets per campaign; bounded so a typo cannot lock people out for a year. Frozen:
+    ``settings_of`` hands every step of a request the same object."""
+
+    model_config = ConfigDict(frozen=True)
 
     target_model: str = Field("", max_length=500, description="A model spec, e.g. openai:http://host/v1.")
     max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1, le=8192)

@@ -221,17 +221,16 @@ def open_store(url: str | None = None) -> sessionmaker[Session]:
         reason = getattr(exc, "orig", None) or exc  # the driver's message, without SQLAlchemy's help link
         raise UserError(f"{shown}: cannot open the database ({str(reason).splitlines()[0]})") from exc
     factory = sessionmaker(engine, expire_on_commit=False)
-    event.listen(factory, "loaded_as_persistent", _hold_hot_rows)
+    held = importlib.import_module("assay.store.star_models").StarCampaign
+    event.listen(factory, "loaded_as_persistent", functools.partial(_hold_rows, held))
     return factory
 
 
-def _hold_hot_rows(session: Session, instance: object) -> None:
-    """Keep each campaign row loaded by ``session`` for the session's life.
+def _hold_rows(kind: type, session: Session, instance: object) -> None:
+    """Keep each row of ``kind`` (campaigns) loaded by ``session`` for the session's life.
 
     SQLAlchemy's identity map holds rows only while something else references them, so the several steps
     of one STAR request that each look up the task's campaign (``session.get``) loaded it again and again:
     3-4 times a claim (issue 27's crowd). Campaigns are few and rarely change; a session is one request."""
-    from assay.store.star_models import StarCampaign
-
-    if isinstance(instance, StarCampaign):
+    if isinstance(instance, kind):
         session.info.setdefault("held", []).append(instance)
