@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import event
+from star_crowd import seed_crowd
 from starlette.testclient import TestClient
-from test_web_crowd_stall import _seed
 
 from assay.web.app import create_app
 
@@ -22,7 +22,7 @@ def app(tmp_path, monkeypatch) -> FastAPI:
 
 
 def test_claim_view_and_rating_stay_within_their_statement_budget(app: FastAPI) -> None:
-    token = _seed(app)[0]
+    token = seed_crowd(app, 2)[0]  # two dialogues: a task on each for the two rounds
     statements: list[str] = []
     event.listen(app.state.sessions.kw["bind"], "before_cursor_execute", lambda *a: statements.append(a[2]))
     costs = []
