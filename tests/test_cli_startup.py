@@ -118,17 +118,18 @@ def test_dyepack_fpr_needs_none_of_it_for_one_k_and_only_numpy_for_mixed_ks() ->
     assert {m.split(".")[0] for m in mixed} == {"numpy"}
 
 
-def test_user_list_at_head_imports_no_alembic(tmp_path: Path) -> None:
-    """The store is at head after the first open: later ones read alembic_version, not the scripts (and,
-    like every everyday command, no heavy library)."""
+def test_user_list_at_head_imports_no_database_layer(tmp_path: Path) -> None:
+    """The store is at head after the first open: later listings read it through the driver alone
+    (``assay.store.fastread``), without SQLAlchemy, Alembic or pydantic (typer's adapter for the bounded
+    ``--limit``), and, like every everyday command, no heavy library."""
     env = {**os.environ, "ASSAY_HOME": str(tmp_path)}
     subprocess.run([sys.executable, "-m", "assay", "user", "list"], env=env, check=True, capture_output=True)
     probe = subprocess.run(
         [
             sys.executable,
             "-c",
-            PROBE.replace(repr(HEAVY), repr((*HEAVY, "alembic"))),
-            json.dumps(["user", "list"]),
+            PROBE.replace(repr(HEAVY), repr((*HEAVY, *HELP_FREE))),
+            json.dumps(["user", "list", "--limit", "5"]),
         ],
         capture_output=True,
         text=True,

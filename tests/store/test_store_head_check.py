@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 
 from assay.errors import UserError
 from assay.store import engine as store_engine
-from assay.store import open_store
+from assay.store import heads, open_store
 
 
 def _config() -> Config:
@@ -81,7 +81,7 @@ def test_a_database_ahead_of_this_code_is_still_one_line(tmp_path: Path, upgrade
 def test_a_script_the_reading_cannot_follow_is_left_to_alembic(tmp_path: Path) -> None:
     plain = tmp_path / "a.py"
     plain.write_text('revision: str = "b"\ndown_revision = ("a", None)  # a merge\n', encoding="utf-8")
-    assert store_engine._fields(plain) == {"revision": "b", "down_revision": ("a", None)}
+    assert heads._fields(plain) == {"revision": "b", "down_revision": ("a", None)}
     spread = tmp_path / "b.py"
     spread.write_text('revision = "c"\ndown_revision = (\n    "a",\n    "b",\n)\n', encoding="utf-8")
-    assert store_engine._fields(spread) is None
+    assert heads._fields(spread) is None

@@ -10,7 +10,6 @@ migration runs under a lock, so the second one finds the schema already there in
 
 from __future__ import annotations
 
-import ast
 import fcntl
 import functools
 from collections.abc import Iterator
@@ -23,8 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.config import settings
 from assay.errors import UserError
+from assay.store.heads import MIGRATIONS, script_heads
 
-MIGRATIONS = Path(__file__).parent / "migrations"
 TABLE_MODULES = ("models", "star_models", "web_models", "star_web_models", "dyepack_models")
 MIGRATION_LOCK_KEY = 0x61737361  # "assa": the PostgreSQL advisory lock that serialises migrations
 POOL_RESERVE = 5  # PostgreSQL connections beyond the web requests': the sweeper, background work
@@ -127,58 +126,6 @@ def _file_lock(engine: Engine) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-REVISION_FIELDS = ("revision", "down_revision", "depends_on")
-
-
-@functools.cache
-def script_heads() -> tuple[str, ...] | None:
-    """The heads of the migration scripts, from their ``revision`` and ``down_revision`` lines.
-
-    Read as text, not through Alembic: importing Alembic and every script costs 0.3-0.6 s, more than the
-    command that opens the store (``assay user list``). None where a script is not in the plain form
-    every one of ours has (one-line literal assignments, no ``depends_on``); Alembic then decides. A test
-    holds this to Alembic's own ``ScriptDirectory.get_heads()``.
-    """
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for script in sorted((MIGRATIONS / "versions").glob("*.py")):
-        fields = _fields(script)
-        if fields is None or not isinstance(fields.get("revision"), str) or fields.get("depends_on"):
-            return None
-        down = fields.get("down_revision")
-        down = (down,) if isinstance(down, str) or down is None else down
-        if not isinstance(down, tuple) or not all(isinstance(d, str) or d is None for d in down):
-            return None
-        revisions.add(fields["revision"])  # type: ignore[arg-type]
-        parents.update(d for d in down if d is not None)
-    return tuple(sorted(revisions - parents)) if revisions else None
-
-
-def _fields(script: Path) -> dict[str, object] | None:
-    """The module-level ``revision``, ``down_revision`` and ``depends_on`` of one script; None where one of
-    them is spread over lines or not a literal."""
-    fields: dict[str, object] = {}
-    for line in script.read_text(encoding="utf-8").splitlines():
-        if not line.startswith(REVISION_FIELDS):
-            continue
-        try:
-            (statement,) = ast.parse(line).body
-        except (SyntaxError, ValueError):
-            return None
-        if isinstance(statement, ast.AnnAssign):
-            target, value = statement.target, statement.value
-        elif isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-            target, value = statement.targets[0], statement.value
-        else:
-            continue
-        if isinstance(target, ast.Name) and target.id in REVISION_FIELDS:
-            try:
-                fields[target.id] = ast.literal_eval(value) if value is not None else None
-            except ValueError:
-                return None
-    return fields
 
 
 def database_revisions(engine: Engine) -> tuple[str, ...] | None:

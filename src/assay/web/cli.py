@@ -212,6 +212,26 @@ def list_users(
 
     Example: assay user list --json --limit 50 --offset 50
     """
+    from assay.store import fastread
+
+    rows, total = fastread.users_page(db or fastread.database_url(), limit, offset) or _users_page(
+        db, limit, offset
+    )
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("username", "name", "roles", "team", "status")
+    for row in rows:
+        status = "disabled" if row["disabled"] else "active"
+        table.add_row(
+            row["username"], row["display_name"], ", ".join(row["roles"]), row["team"] or "", status
+        )
+    console.print(table)
+    console.print(f"users {offset + 1 if rows else 0}-{offset + len(rows)} of {total}", highlight=False)
+
+
+def _users_page(db: str | None, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """``user list``'s page through the ORM: the path that creates or upgrades the database first."""
     from assay.store.engine import open_store  # here, not at import: `assay user --help` stays light
     from assay.store.paging import Window
     from assay.web import accounts
@@ -228,17 +248,7 @@ def list_users(
             }
             for u in users
         ]
-    if json_out:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    table = Table("username", "name", "roles", "team", "status")
-    for row in rows:
-        status = "disabled" if row["disabled"] else "active"
-        table.add_row(
-            row["username"], row["display_name"], ", ".join(row["roles"]), row["team"] or "", status
-        )
-    console.print(table)
-    console.print(f"users {offset + 1 if rows else 0}-{offset + len(rows)} of {total}", highlight=False)
+    return rows, total
 
 
 @app.command("token")
