@@ -12,7 +12,7 @@ and 27): every ``--help``, ``dyepack fpr`` and ``user list`` under 0.3 s, and li
 on the 2-core machine. ``--every-help`` adds the help of every group and command, found by walking the
 CLI. ``--before`` times an older source tree in turn with this one (each command run by both, one right
 after the other), so a before/after comparison sees the same load. Commands that open the store run
-against a fresh SQLite file under a temporary ``ASSAY_HOME``.
+against a fresh SQLite file under a temporary ``ASSAY_HOME``, holding 100 users (a page of `user list`).
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ def main() -> None:
         envs = {tree: environment(home, src) for tree, src in trees.items()}
         for env in envs.values():  # create and migrate the store once, outside the timings
             run_once(COMMANDS["assay user list"], env)
+        add_users(home, USERS)  # a full first page for `user list` to print
         for _ in range(args.repeats):
             for label, command in commands.items():
                 for tree, env in envs.items():
@@ -133,6 +134,23 @@ def main() -> None:
         compare(runs, commands)
     else:
         table(runs, commands)
+
+
+USERS = 100  # `user list` prints a page of them: its default --limit
+
+
+def add_users(home: str, count: int) -> None:
+    """``count`` accounts in the store under ``home`` (in a child, so this process imports no store)."""
+    script = f"""
+import os
+os.environ["ASSAY_HOME"] = {home!r}
+from assay.store import open_store
+from assay.web import accounts
+with open_store().begin() as session:
+    for i in range({count}):
+        accounts.create_user(session, f"user{{i:03d}}", "a-long-password-1", ["annotator"])
+"""
+    subprocess.run([sys.executable, "-c", script], check=True)
 
 
 def environment(home: str, src: Path | None) -> dict[str, str]:
