@@ -18,6 +18,7 @@ against a fresh SQLite file under a temporary ``ASSAY_HOME``, holding 100 users 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -114,21 +115,64 @@ def main() -> None:
         "to time in turn with this one, each run of it right before this one's: a comparison on a "
         "shared machine under the same load.",
     )
+    parser.add_argument(
+        "--postgresql",
+        action="store_true",
+        help="Also time `user list` against a throwaway PostgreSQL server (tests/postgres.py).",
+    )
     args = parser.parse_args()
     commands = {**COMMANDS, **(every_help() if args.every_help else {})}
+    with contextlib.ExitStack() as stack:
+        if args.postgresql:
+            commands[PG_LIST] = COMMANDS["assay user list"]
+            EXTRA_ENV[PG_LIST] = {"ASSAY_DB_URL": postgres_database(stack)}
+        run_all(args, commands)
+
+
+PG_LIST = "assay user list (PostgreSQL)"
+EXTRA_ENV: dict[str, dict[str, str]] = {}  # label -> environment variables of that command alone
+
+
+def postgres_database(stack: contextlib.ExitStack) -> str:
+    """A fresh database on a throwaway server (tests/postgres.py), stopped when ``stack`` closes.
+
+    The server's helper runs in a child that waits on its stdin: importing it here (psycopg) would grow
+    this process, and a child's peak memory as ``wait4`` reports it starts at its parent's."""
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    script = f"""
+import sys
+sys.path.insert(0, {str(tests)!r})
+from postgres import postgres_server
+with postgres_server() as server:
+    print(server.new_database(), flush=True)
+    sys.stdin.read()
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    stack.callback(child.wait, 120)
+    stack.callback(child.stdin.close)  # type: ignore[union-attr]
+    url = child.stdout.readline().strip()  # type: ignore[union-attr]
+    if not url:
+        raise SystemExit("PostgreSQL did not start (is it installed? `make install` installs postgresql)")
+    return url
+
+
+def run_all(args: argparse.Namespace, commands: dict[str, list[str]]) -> None:
     trees = {"before": args.before, "after": None} if args.before else {"after": None}
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, Python {platform.python_version()}")
     print(f"{os.cpu_count()} CPUs ({cpu_model()}), load average {load()}")
     runs = {(tree, label): [] for tree in trees for label in commands}
     with tempfile.TemporaryDirectory() as home:
         envs = {tree: environment(home, src) for tree, src in trees.items()}
-        for env in envs.values():  # create and migrate the store once, outside the timings
-            run_once(COMMANDS["assay user list"], env)
-        add_users(home, USERS)  # a full first page for `user list` to print
+        for extra in [{}, *EXTRA_ENV.values()]:  # create, migrate, fill each store, outside the timings
+            for env in envs.values():
+                run_once(COMMANDS["assay user list"], {**env, **extra})
+            add_users({**envs["after"], **extra}, USERS)  # a full first page for `user list` to print
         for _ in range(args.repeats):
             for label, command in commands.items():
                 for tree, env in envs.items():
-                    runs[tree, label].append(run_once(command, env))
+                    runs[tree, label].append(run_once(command, {**env, **EXTRA_ENV.get(label, {})}))
     print(f"load average after {load()}")
     if args.before:
         compare(runs, commands)
@@ -139,18 +183,16 @@ def main() -> None:
 USERS = 100  # `user list` prints a page of them: its default --limit
 
 
-def add_users(home: str, count: int) -> None:
-    """``count`` accounts in the store under ``home`` (in a child, so this process imports no store)."""
+def add_users(env: dict[str, str], count: int) -> None:
+    """``count`` accounts in the store ``env`` names (in a child, so this process imports no store)."""
     script = f"""
-import os
-os.environ["ASSAY_HOME"] = {home!r}
 from assay.store import open_store
 from assay.web import accounts
 with open_store().begin() as session:
     for i in range({count}):
         accounts.create_user(session, f"user{{i:03d}}", "a-long-password-1", ["annotator"])
 """
-    subprocess.run([sys.executable, "-c", script], check=True)
+    subprocess.run([sys.executable, "-c", script], check=True, env=env)
 
 
 def environment(home: str, src: Path | None) -> dict[str, str]:
