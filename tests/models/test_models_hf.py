@@ -200,8 +200,8 @@ def test_a_copy_another_process_saved_first_is_kept(tmp_path, monkeypatch):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     tiny = _build_tiny_llama(tmp_path / "tiny")
-    target = tmp_path / "cache" / hf.gguf_key(gguf, torch.float32)
     monkeypatch.setenv("ASSAY_MODEL_CACHE", str(tmp_path / "cache"))
+    target = tmp_path / "cache" / hf.gguf_key(gguf, torch.float32)
     real_load = hf._load
 
     def slower_than_the_other(directory, extra, dtype):
@@ -212,7 +212,35 @@ def test_a_copy_another_process_saved_first_is_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(hf, "_load", slower_than_the_other)
     hf.load_hf(gguf.parent, gguf.name)
     assert (target / "winner").is_file() and (target / "config.json").is_file()
-    assert [d.name for d in target.parent.iterdir()] == [target.name]
+    assert [d.name for d in target.parent.iterdir() if d.name != "hashes"] == [target.name]
+
+
+def test_a_files_hash_is_remembered_until_its_mtime_changes(tmp_path, monkeypatch):
+    """The cache key's sha256 is read from a memo while the file's inode, size and mtime are unchanged;
+    a new mtime means hashing again, and a file changed within the last seconds is never remembered."""
+    import hashlib
+    import json
+    import os
+    import time
+
+    from assay.models import hf
+
+    monkeypatch.setenv("ASSAY_MODEL_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF weights")
+    real = hashlib.sha256(b"GGUF weights").hexdigest()
+    assert hf.content_sha256(gguf) == real
+    assert not (tmp_path / "cache" / "hashes").exists()  # written just now: racy, not remembered
+    hour_ago = time.time() - 3600
+    os.utime(gguf, (hour_ago, hour_ago))
+    assert hf.content_sha256(gguf) == real
+    (memo,) = (tmp_path / "cache" / "hashes").iterdir()
+    kept = json.loads(memo.read_text())
+    memo.write_text(json.dumps({**kept, "sha256": "f" * 64}))  # a memo that is read says so
+    assert hf.content_sha256(gguf) == "f" * 64
+    os.utime(gguf, (hour_ago - 60, hour_ago - 60))  # touched: hashed again, the memo replaced
+    assert hf.content_sha256(gguf) == real
+    assert json.loads(memo.read_text())["sha256"] == real
 
 
 def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_load(tmp_path, monkeypatch):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -100,8 +102,6 @@ def model_cache_root() -> Path:
     """Where de-quantised GGUF models are kept: ``ASSAY_MODEL_CACHE``, else ``$XDG_CACHE_HOME/assay/models``
     (``~/.cache/assay/models``). Not under ``ASSAY_HOME``: the copy depends only on the file's bytes, so every
     home (and every test's throwaway home) can share it."""
-    import os
-
     if os.environ.get(MODEL_CACHE_ENV):
         return Path(os.environ[MODEL_CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -113,12 +113,42 @@ def gguf_key(file: Path, dtype: torch.dtype) -> str:
     model), the dtype, and the transformers version (whose conversion made the copy)."""
     import transformers
 
+    digest = hashlib.sha256(content_sha256(file).encode())
+    digest.update(f"|{dtype}|transformers {transformers.__version__}".encode())
+    return digest.hexdigest()[:32]
+
+
+RACY_SECONDS = 2
+
+
+def content_sha256(file: Path) -> str:
+    """The sha256 of ``file``'s bytes, remembered in the model cache by the file's device, inode, size and
+    mtime, as make and ccache trust them: hashing a multi-GB GGUF file on every load took seconds (0.2 s
+    for SmolLM2's 100 MB). A file rewritten in place gets a new mtime, so it is hashed again; one changed in
+    the last ``RACY_SECONDS`` is not remembered, since a second write within the file system's clock tick
+    could keep its size and mtime (git's "racily clean" entries)."""
+    import json
+
+    stat = file.stat()
+    seen = {"dev": stat.st_dev, "ino": stat.st_ino, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    where = hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:32]
+    memo = model_cache_root() / "hashes" / f"{where}.json"
+    with contextlib.suppress(OSError, ValueError):
+        kept = json.loads(memo.read_text(encoding="utf-8"))
+        if {name: kept.get(name) for name in seen} == seen and isinstance(kept.get("sha256"), str):
+            return kept["sha256"]
     digest = hashlib.sha256()
     with file.open("rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
-    digest.update(f"|{dtype}|transformers {transformers.__version__}".encode())
-    return digest.hexdigest()[:32]
+    if time.time_ns() - stat.st_mtime_ns < RACY_SECONDS * 1e9:
+        return digest.hexdigest()
+    with contextlib.suppress(OSError):  # an unwritable cache: hash again next time
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        scratch = memo.with_name(f".{memo.name}.{os.getpid()}")
+        scratch.write_text(json.dumps({**seen, "sha256": digest.hexdigest()}), encoding="utf-8")
+        scratch.replace(memo)
+    return digest.hexdigest()
 
 
 def _load_gguf(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
