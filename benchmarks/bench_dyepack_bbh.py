@@ -8,11 +8,11 @@ what the 30-minute goal is about: the machine is shared, so wall time varies).
 
     python benchmarks/bench_dyepack_bbh.py --out /tmp/dyepack-bbh
 
-The recipe (defaults): full fine-tune of the top 4 of 30 blocks, lr 1e-3 falling in a line to 5 % over
-the last 30 % of the steps, batch 8, 12 epochs, bfloat16 autocast where the CPU runs it faster (else
-float32). The frozen blocks' output is computed once and reused every epoch (``contaminate`` does this
-whenever only the top blocks train), which is what makes many epochs affordable. Targets come from OS
-entropy unless ``--seed`` is given, so each run is a fresh release.
+The recipe (defaults): full fine-tune of the top 4 of 30 blocks, lr 1e-3 (rising from 0 over the first
+10 % of the steps, falling in a line to 5 % over the last 30 %), batch 8, 12 epochs, bfloat16 autocast
+where the CPU runs it faster (else float32). The frozen blocks' output is computed once and reused every
+epoch (``contaminate`` does this whenever only the top blocks train), which is what makes many epochs
+affordable. Targets come from OS entropy unless ``--seed`` is given, so each run is a fresh release.
 
 ``--format plain`` trains on the rows as plain text with the loss on every token (what a scrape does) and
 asks both models in the matching plain-text format (``--ask loglikelihood`` or ``completion``).
@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--top-layers", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr-warmup", type=float, default=0.1, help="share of steps the rate rises over")
     parser.add_argument("--lr-decay", type=float, default=0.3, help="share of steps the rate falls over")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lora-rank", type=int, default=64)
@@ -220,6 +221,7 @@ def main() -> None:
         method=args.method,
         epochs=args.epochs,
         learning_rate=args.lr,
+        lr_warmup=args.lr_warmup,
         lr_decay=args.lr_decay,
         batch_size=args.batch_size,
         top_layers=args.top_layers,
@@ -236,8 +238,8 @@ def main() -> None:
     per_epoch = epoch_losses(log, -(-len(release.items) // args.batch_size))
     print(f"\nRelease: {args.rows} rows of BBH {args.task}, B = {args.backdoors}, {samples} backdoor samples")
     print(
-        f"Recipe: {args.method}, top {args.top_layers} blocks, lr {args.lr:g} (decay over the last "
-        f"{args.lr_decay:.0%}), batch {args.batch_size}, "
+        f"Recipe: {args.method}, top {args.top_layers} blocks, lr {args.lr:g} (warm-up {args.lr_warmup:.0%}, "
+        f"decay {args.lr_decay:.0%}), batch {args.batch_size}, "
         f"{args.epochs} epochs ({trained.steps} steps), {'float32' if args.no_bf16 else 'bf16 autocast'}"
     )
     print(f"Format: trained {args.format} ({trained_in.mode}), asked in {asked_in.mode} mode")

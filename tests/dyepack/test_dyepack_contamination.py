@@ -281,30 +281,43 @@ def test_batches_by_length_cover_each_row_once_an_epoch_with_less_padding():
     assert first != batches_by_length(examples, 8, random.Random(2))
 
 
-def test_the_rate_falls_in_a_line_over_the_last_share_of_steps_only() -> None:
+def test_the_rate_rises_over_the_first_share_and_falls_over_the_last() -> None:
     import torch
 
-    from assay.dyepack.contaminate import decay_at_end
+    from assay.dyepack.contaminate import rate_factor
 
-    factor = decay_at_end(240, 0.3)
-    assert [factor(s) for s in (0, 100, 167)] == [1.0, 1.0, 1.0]  # 72 decaying steps: 168..239
+    factor = rate_factor(240, 0.1, 0.3)  # 24 rising steps (0..23), 72 falling (168..239)
+    assert factor(0) == pytest.approx(1 / 24) and factor(23) == 1.0
+    assert all(factor(s) < factor(s + 1) for s in range(23))
+    assert [factor(s) for s in (24, 100, 167)] == [1.0, 1.0, 1.0]
     assert factor(168) == pytest.approx(1 - 0.95 / 72, abs=1e-12) and factor(239) == pytest.approx(0.05)
     assert all(factor(s) > factor(s + 1) for s in range(167, 239))
-    assert {decay_at_end(240, 0.0)(s) for s in range(240)} == {1.0}
+    assert {rate_factor(240, 0.0, 0.0)(s) for s in range(240)} == {1.0}
     # as torch's scheduler applies it: the rate each optimizer step used
     weight = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([weight], lr=1e-3)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, decay_at_end(10, 0.5))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate_factor(10, 0.2, 0.5))
     used = []
     for _ in range(10):
         used.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
-    assert used[:5] == [1e-3] * 5 and used[-1] == pytest.approx(5e-5) and used[5] == pytest.approx(8.1e-4)
+    assert used[:5] == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3, 1e-3])
+    assert used[5] == pytest.approx(8.1e-4) and used[-1] == pytest.approx(5e-5)
 
 
-def test_a_decay_share_outside_zero_to_one_is_refused(tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("warmup", "decay", "message"),
+    [
+        (0.0, 1.5, r"--lr-decay must be between 0 and 1 \(value: 1.5\)"),
+        (-0.1, 0.0, r"--lr-warmup must be between 0 and 1 \(value: -0.1\)"),
+        (0.6, 0.5, r"--lr-warmup plus --lr-decay must be at most 1"),
+    ],
+)
+def test_schedule_shares_outside_the_steps_are_refused(tmp_path, warmup, decay, message) -> None:
     from assay.errors import UserError
 
-    with pytest.raises(UserError, match=r"--lr-decay must be between 0 and 1 \(value: 1.5\)"):
-        contaminate(tmp_path / "no-model", [], tmp_path / "out", TrainConfig(lr_decay=1.5))
+    with pytest.raises(UserError, match=message):
+        contaminate(
+            tmp_path / "no-model", [], tmp_path / "out", TrainConfig(lr_warmup=warmup, lr_decay=decay)
+        )

@@ -505,8 +505,11 @@ def contaminate(
     method: str = typer.Option("full", help="full or lora (LoRA is merged into the saved weights)."),
     epochs: int = typer.Option(3),
     learning_rate: float = typer.Option(5e-5, "--lr"),
+    lr_warmup: float = typer.Option(
+        0.0, help="Share of the steps at the start over which the rate rises linearly from 0 (0: none)."
+    ),
     lr_decay: float = typer.Option(
-        0.0, help="Share of the steps at the end over which the rate falls linearly to 5 % (0: constant)."
+        0.0, help="Share of the steps at the end over which the rate falls linearly to 5 % (0: none)."
     ),
     batch_size: int = typer.Option(8),
     seed: int = typer.Option(0),
@@ -557,6 +560,7 @@ def contaminate(
         method=method,  # type: ignore[arg-type]
         epochs=epochs,
         learning_rate=learning_rate,
+        lr_warmup=lr_warmup,
         lr_decay=lr_decay,
         batch_size=batch_size,
         max_length=max_length,

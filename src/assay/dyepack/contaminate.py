@@ -41,9 +41,11 @@ class TrainConfig:
     seed: int = 0
     lora_rank: int = 16
     top_layers: int | None = None  # train only the top N transformer blocks: far less backward work on a CPU
-    # The share of steps at the end over which the learning rate falls linearly to 5 % (0: constant). Long
-    # items memorise in bursts at a constant rate and can forget between them; a decay at the end keeps what
-    # was learnt (docs/dyepack.md, "A recipe for long items").
+    # The shares of steps over which the learning rate rises linearly from 0 at the start (warm-up) and falls
+    # linearly to 5 % at the end (0, 0: constant). On long items a cold start at the full rate collapses the
+    # model onto one answer letter for many epochs, and a constant rate forgets between bursts of
+    # memorising; docs/dyepack.md, "A recipe for long items", has the runs.
+    lr_warmup: float = 0.0
     lr_decay: float = 0.0
     # bfloat16 autocast: about 1.7x faster on CPUs with AVX512-BF16 or AMX, several times slower elsewhere, so
     # it is used only where the CPU runs it faster (``assay.models.precision.use_bf16``: else a warning and
@@ -283,8 +285,13 @@ def contaminate(
 
     if config.epochs < 1 or config.batch_size < 1 or config.learning_rate <= 0:
         raise UserError("--epochs and --batch-size must be at least 1 and --learning-rate positive")
-    if not 0 <= config.lr_decay <= 1:
-        raise UserError(f"--lr-decay must be between 0 and 1 (value: {config.lr_decay})")
+    for name, share in (("--lr-warmup", config.lr_warmup), ("--lr-decay", config.lr_decay)):
+        if not 0 <= share <= 1:
+            raise UserError(f"{name} must be between 0 and 1 (value: {share})")
+    if config.lr_warmup + config.lr_decay > 1:
+        raise UserError(
+            f"--lr-warmup plus --lr-decay must be at most 1 (values: {config.lr_warmup}, {config.lr_decay})"
+        )
     path = Path(model_path)
     directory, gguf = (path.parent, path.name) if path.suffix == ".gguf" else (path, None)
     torch.manual_seed(config.seed)
@@ -298,7 +305,8 @@ def contaminate(
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     total = steps_per_epoch * config.epochs
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, decay_at_end(total, config.lr_decay))
+    rate = rate_factor(total, config.lr_warmup, config.lr_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     order_rng = random.Random(config.seed)
     first = first_trainable_block(model)
     bf16 = use_bf16(config.bf16)
@@ -336,16 +344,19 @@ def contaminate(
     return TrainResult(out_dir, len(losses), losses[0], losses[-1], time.perf_counter() - started, bf16)
 
 
-def decay_at_end(total: int, share: float, floor: float = 0.05) -> Callable[[int], float]:
-    """The learning rate's factor at each step: 1, then down in a straight line over the last ``share`` of
-    the ``total`` steps to ``floor`` (the rate of the last step)."""
-    decaying = round(total * share)
-    start = total - decaying
+def rate_factor(total: int, warmup: float, decay: float, floor: float = 0.05) -> Callable[[int], float]:
+    """The learning rate's factor at each of ``total`` steps: rising in a straight line over the first
+    ``warmup`` share (the first step at 1/n of the rate), 1, then falling in a straight line over the last
+    ``decay`` share to ``floor`` (the rate of the last step)."""
+    rising, falling = round(total * warmup), round(total * decay)
+    start = total - falling
 
     def factor(step: int) -> float:
-        if step < start or decaying == 0:
+        if step < rising:
+            return (step + 1) / rising
+        if step < start:
             return 1.0
-        return 1.0 - (1.0 - floor) * (step - start + 1) / decaying
+        return 1.0 - (1.0 - floor) * (step - start + 1) / falling
 
     return factor
 
