@@ -64,6 +64,11 @@ def test_it_steps_aside_where_it_cannot_be_sure(tmp_path: Path) -> None:
         newest = "SELECT max(version_num) FROM alembic_version"
         connection.execute(text(f"DELETE FROM alembic_version WHERE version_num = ({newest})"))
     assert fastread.users_page(behind, 10, 0) is None  # the ORM's path decides
+    broken = f"sqlite:///{tmp_path / 'broken.db'}"
+    open_store(broken)
+    with make_engine(broken).begin() as connection:  # at head, but the table is not what it reads
+        connection.execute(text("ALTER TABLE web_users RENAME COLUMN display_name TO shown_name"))
+    assert fastread.users_page(broken, 10, 0) is None  # a driver error is a None, never a traceback
     not_a_database = tmp_path / "junk.db"
     not_a_database.write_text("not sqlite")
     assert fastread.users_page(f"sqlite:///{not_a_database}", 10, 0) is None  # the engine words the error

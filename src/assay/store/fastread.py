@@ -68,27 +68,32 @@ USERS_PAGE = (
 
 def users_page(url: str, limit: int, offset: int) -> tuple[list[dict[str, Any]], int] | None:
     """A page of web users by username and the number of users, as ``assay user list`` prints them; None
-    when this module cannot read ``url`` (then ask ``assay.web.accounts.list_users``)."""
+    when this module cannot read ``url`` (then ask ``assay.web.accounts.list_users``). Any error of the
+    driver is a None too: the engine's path then opens the database and words the error as it words
+    every other."""
     try:
         connection = _connect(url)
-    except Exception:  # let the engine open it and word the error the way it words every other
-        return None
-    if connection is None:
-        return None
-    mark = "?" if url.startswith("sqlite") else "%s"
-    with closing(connection), closing(connection.cursor()) as cursor:
-        if not _at_head(cursor):
+        if connection is None:
             return None
-        cursor.execute(USERS_PAGE.format(mark=mark), (limit, offset))
-        rows = [
-            {
-                "username": username,
-                "display_name": display_name,
-                "roles": list(json.loads(roles) if isinstance(roles, str) else roles),
-                "team": team,
-                "disabled": bool(disabled),
-            }
-            for username, display_name, roles, team, disabled in cursor.fetchall()
-        ]
-        cursor.execute("SELECT count(*) FROM web_users")
-        return rows, int(cursor.fetchone()[0])
+        with closing(connection), closing(connection.cursor()) as cursor:
+            return _read_users(cursor, "?" if url.startswith("sqlite") else "%s", limit, offset)
+    except Exception:
+        return None
+
+
+def _read_users(cursor: Any, mark: str, limit: int, offset: int) -> tuple[list[dict[str, Any]], int] | None:
+    if not _at_head(cursor):
+        return None
+    cursor.execute(USERS_PAGE.format(mark=mark), (limit, offset))
+    rows = [
+        {
+            "username": username,
+            "display_name": display_name,
+            "roles": list(json.loads(roles) if isinstance(roles, str) else roles),
+            "team": team,
+            "disabled": bool(disabled),
+        }
+        for username, display_name, roles, team, disabled in cursor.fetchall()
+    ]
+    cursor.execute("SELECT count(*) FROM web_users")
+    return rows, int(cursor.fetchone()[0])
