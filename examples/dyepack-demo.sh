@@ -37,7 +37,8 @@ echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (64 ste
 # 6/6 activated), where 8 epochs in bf16 once did not (loss 0.16, 5/6); docs/dyepack.md. The whole demo:
 # 3.6 CPU minutes, 2.5 minutes of wall time on 2 quiet AVX2 cores (benchmarks/bench_dyepack_demo.py).
 # contaminate ends by asking the model 32 of the rows it trained on: "took" or a warning that it did not.
-# Long items (BIG-Bench Hard) need about 24 epochs: see benchmarks/bench_dyepack_bbh.py and docs/dyepack.md.
+# Long items (BIG-Bench Hard) need 14 epochs at lr 5e-4 with --lr-warmup 0.1 --lr-decay 0.3: see
+# benchmarks/bench_dyepack_bbh.py and docs/dyepack.md.
 assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \
   --epochs 8 --lr 1e-3 --top-layers 4 --batch-size 8
 assay dyepack verify "hf:$D/contaminated-model" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-contaminated"

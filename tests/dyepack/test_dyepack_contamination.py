@@ -292,7 +292,8 @@ def test_the_rate_rises_over_the_first_share_and_falls_over_the_last() -> None:
     assert [factor(s) for s in (24, 100, 167)] == [1.0, 1.0, 1.0]
     assert factor(168) == pytest.approx(1 - 0.95 / 72, abs=1e-12) and factor(239) == pytest.approx(0.05)
     assert all(factor(s) > factor(s + 1) for s in range(167, 239))
-    assert {rate_factor(240, 0.0, 0.0)(s) for s in range(240)} == {1.0}
+    assert {rate_factor(240, 0.0, 0.0)(s) for s in range(241)} == {1.0}  # torch asks for step 240 too
+    assert rate_factor(240, 0.1, 0.3)(240) == pytest.approx(0.05)
     # as torch's scheduler applies it: the rate each optimizer step used
     weight = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([weight], lr=1e-3)

@@ -354,9 +354,9 @@ def rate_factor(total: int, warmup: float, decay: float, floor: float = 0.05) ->
     def factor(step: int) -> float:
         if step < rising:
             return (step + 1) / rising
-        if step < start:
+        if step < start or falling == 0:
             return 1.0
-        return 1.0 - (1.0 - floor) * (step - start + 1) / falling
+        return max(floor, 1.0 - (1.0 - floor) * (step - start + 1) / falling)  # torch asks once past the end
 
     return factor
 
