@@ -42,7 +42,7 @@ def upgrades(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_the_heads_read_from_the_scripts_are_alembics() -> None:
     alembic_heads = tuple(sorted(ScriptDirectory.from_config(_config()).get_heads()))
-    assert store_engine.script_heads() == alembic_heads
+    assert heads.script_heads() == alembic_heads
     assert len(alembic_heads) >= 2  # two branch heads today: the reading must handle branches and merges
 
 
@@ -51,7 +51,7 @@ def test_a_database_at_head_opens_without_alembic(db_url: str, upgrades: list[st
     assert len(upgrades) == 1
     open_store(db_url)  # at head: only alembic_version is read
     assert len(upgrades) == 1
-    assert store_engine.database_revisions(store_engine.make_engine(db_url)) == store_engine.script_heads()
+    assert store_engine.database_revisions(store_engine.make_engine(db_url)) == heads.script_heads()
 
 
 def test_a_database_behind_is_still_migrated(tmp_path: Path, upgrades: list[str]) -> None:
@@ -63,7 +63,7 @@ def test_a_database_behind_is_still_migrated(tmp_path: Path, upgrades: list[str]
         command.upgrade(config, "0011_dyepack_board")
     open_store(url)
     assert len(upgrades) == 1
-    assert store_engine.database_revisions(engine) == store_engine.script_heads()
+    assert store_engine.database_revisions(engine) == heads.script_heads()
 
 
 def test_a_database_ahead_of_this_code_is_still_one_line(tmp_path: Path, upgrades: list[str]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from assay.store.heads import script_heads
+from assay.store.heads import are_heads
 
 
 def database_url(environ: dict[str, str] | None = None) -> str:
@@ -56,8 +56,7 @@ def _at_head(cursor: Any) -> bool:
         cursor.execute("SELECT version_num FROM alembic_version")
     except Exception:  # no such table: a database the engine has not migrated yet
         return False
-    heads = script_heads()
-    return heads is not None and tuple(sorted(row[0] for row in cursor.fetchall())) == heads
+    return are_heads(row[0] for row in cursor.fetchall())
 
 
 USERS_PAGE = (

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 REVISION_FIELDS = ("revision", "down_revision", "depends_on")
+
+
+def are_heads(revisions: Iterable[str] | None) -> bool:
+    """Whether a database's ``alembic_version`` rows are exactly the scripts' heads (None: no such table).
+    Anything else (behind, ahead of this code, a branch missing, scripts this reading cannot follow) is
+    left to Alembic."""
+    heads = script_heads()
+    return heads is not None and revisions is not None and tuple(sorted(revisions)) == heads
 
 
 @functools.cache
