@@ -109,3 +109,14 @@ def test_the_command_reads_the_same_either_way(tmp_path: Path, monkeypatch: pyte
     by_orm = runner.invoke(cli_app, ["user", "list", "--limit", "3", "--offset", "1"])
     assert by_reader.exit_code == by_orm.exit_code == 0
     assert by_reader.output == by_orm.output and "users 2-4 of 6" in by_reader.output
+
+
+@pytest.mark.parametrize(
+    ("limit", "word"), [("0", "greater than or equal to 1"), ("501", "less than or equal to")]
+)
+def test_a_limit_out_of_bounds_is_still_refused(limit: str, word: str, tmp_path: Path, monkeypatch) -> None:
+    """The bounded ``--limit`` skips typer's pydantic adapter only when in bounds; outside them it still
+    gets the adapter's one-line refusal and exit code 2."""
+    monkeypatch.setenv("ASSAY_HOME", str(tmp_path))
+    result = CliRunner().invoke(cli_app, ["user", "list", "--limit", limit])
+    assert result.exit_code == 2 and word in result.output
