@@ -129,7 +129,9 @@ def test_a_killed_verification_resumes_without_asking_a_cached_prompt_again(tmp_
         params = GenerationParams(max_new_tokens=32)  # the CLI's default
         with ResponseCache(cache) as opened:
             cached = {k for k in opened.get_many(cache_key(model_id, params, m) for m in asked_first)}
-        assert 3 <= len(cached) < 12 and len(asked_first) - len(cached) <= 1  # at most one was in flight
+        # Lost at the kill: the request in flight, and at most the reply the writer thread held for its next
+        # commit (replies come 0.12 s apart, one each BATCH_WAIT; under load its commit can lag the reply).
+        assert 3 <= len(cached) < 12 and len(asked_first) - len(cached) <= 2
 
         stub.fail_first, stub.fail_status, stub.retry_after = len(asked_first) + 2, 503, 0.01
         second = subprocess.run([*command, "--max-retries", "2"], capture_output=True, text=True)
