@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import pickle
 import tarfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,9 @@ from assay.runner import Task
 from assay.runner.transfer import (
     TransferError,
     digest,
-    land,
+    landed,
     pack,
+    pack_into,
     ship_all,
     unpack_cached,
     unpack_to,
@@ -101,20 +103,26 @@ def test_a_shipment_names_no_path_and_lands_on_the_node_cache(tmp_path: Path) ->
         Task(f"m{i}", ["python"], stage={"detector": detector, "model.pt": model}, shared_stage={"detector"})
         for i, model in enumerate(models)
     ]
-    shipments, blobs = ship_all(tasks)
-    assert len(blobs) == 4  # the detector once, each model once
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    shipments, blobs = ship_all(tasks, spool)
+    assert len(blobs) == 4 == len(list(spool.iterdir()))  # the detector once, each model once
+    assert all(digest(file.read_bytes()) == h for h, file in blobs.items())
     sent = pickle.dumps(shipments)
     assert str(tmp_path).encode() not in sent and b"id-0000000" not in sent
     fetched: list[str] = []
 
     def fetch(expected: str) -> bytes:
         fetched.append(expected)
-        return blobs[expected]
+        return blobs[expected].read_bytes()
 
     cache = tmp_path / "node-cache"
-    landed = [land(shipment, fetch, cache) for shipment in shipments]
+    tasks_here = []
+    for shipment in shipments:
+        with landed(shipment, fetch, cache) as task:
+            tasks_here.append(task)
     assert len(fetched) == 4  # the shared detector was fetched once for the three tasks
-    for task, original in zip(landed, tasks, strict=True):
+    for task, original in zip(tasks_here, tasks, strict=True):
         assert all(cache in Path(source).parents for source in task.stage.values())
         assert task.shared_stage == original.shared_stage and task.key == original.key
         assert Path(task.stage["model.pt"]).read_bytes() == Path(original.stage["model.pt"]).read_bytes()
@@ -125,10 +133,47 @@ def test_an_unchanged_source_is_not_packed_again(tmp_path: Path) -> None:
     model = tmp_path / "model.pt"
     model.write_bytes(b"weights")
     known: dict = {}
-    first, blobs = ship_all([Task("a", ["python"], stage={"detector": detector, "model.pt": model})], known)
+    first, blobs = ship_all(
+        [Task("a", ["python"], stage={"detector": detector, "model.pt": model})], tmp_path, known
+    )
     assert len(blobs) == 2
-    again, blobs = ship_all([Task("b", ["python"], stage={"detector": detector})], known)
+    again, blobs = ship_all([Task("b", ["python"], stage={"detector": detector})], tmp_path, known)
     assert blobs == {} and again[0].stage["detector"] == first[0].stage["detector"]
     (detector / "sub" / "weights.bin").write_bytes(b"retrained, a new size")
-    changed, blobs = ship_all([Task("c", ["python"], stage={"detector": detector})], known)
+    changed, blobs = ship_all([Task("c", ["python"], stage={"detector": detector})], tmp_path, known)
     assert list(blobs) == [changed[0].stage["detector"]] != [first[0].stage["detector"]]
+
+
+def test_the_same_content_from_two_paths_is_one_blob_file(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    tasks = [Task(str(i), ["python"], stage={"detector": _folder(tmp_path / f"copy{i}")}) for i in range(2)]
+    shipments, blobs = ship_all(tasks, spool)
+    assert len(blobs) == 1 == len(list(spool.iterdir()))
+    assert shipments[0].stage == shipments[1].stage
+
+
+def test_a_large_blob_is_packed_and_unpacked_without_being_held_in_memory(tmp_path: Path) -> None:
+    """The attack on a node's memory: a 48 MiB detector. Packed to a file, and landed from a buffer in
+    place (a numpy array, as Ray's object store hands it back): Python's allocations stay under 4 MiB, where
+    ``pack`` (bytes) needs the blob's size and ``io.BytesIO(buffer)`` would copy it again."""
+    np = pytest.importorskip("numpy")
+    folder = tmp_path / "detector"
+    folder.mkdir()
+    (folder / "weights.bin").write_bytes(np.random.default_rng(0).bytes(48 * 2**20))
+    tracemalloc.start()
+    try:
+        expected, file = pack_into(folder, tmp_path)
+        _, packing_peak = tracemalloc.get_traced_memory()
+        mapped = np.memmap(file, dtype=np.uint8, mode="r").view(np.ndarray)
+        tracemalloc.reset_peak()
+        entry = unpack_cached(mapped, expected, tmp_path / "cache")
+        _, landing_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        in_memory = pack(folder)
+        _, bytes_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert digest(in_memory) == expected == digest(file.read_bytes())  # the same blob either way
+    assert packing_peak < 4 * 2**20 and landing_peak < 4 * 2**20 < 48 * 2**20 <= bytes_peak
+    assert (entry / "weights.bin").read_bytes() == (folder / "weights.bin").read_bytes()

@@ -8,14 +8,16 @@ reserves the CPUs, GPUs and memory each task's limits ask for.
 from __future__ import annotations
 
 import concurrent.futures
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from assay.errors import UserError
 from assay.runner.dispatch import run_task
+from assay.runner.nodecache import node_cache, trim
 from assay.runner.task import Task, TaskResult
-from assay.runner.transfer import Shipment, land, node_cache, ship_all
+from assay.runner.transfer import Shipment, landed, ship_all
 
 OnResult = Callable[[TaskResult], None]
 
@@ -70,13 +72,28 @@ def _run_shipped(
 ) -> TaskResult:
     """On a Ray node: the shipment's blobs into this node's cache (fetched from the object store only when
     missing there, each checked against its hash), then the task on those local copies, in the same sandbox
-    as anywhere else. The result carries its files' bytes and this node's id."""
+    as anywhere else. The result carries its files' bytes and this node's id. Then the node's cache is
+    trimmed to its bound (``ASSAY_NODE_CACHE_BYTES``), sparing what other tasks of the node hold."""
     import ray
 
-    task = land(shipment, lambda expected: ray.get(refs[expected]), node_cache())
-    result = run_task(task, workdir, isolation)
+    cache = node_cache()
+    # A blob comes back as a numpy array over the object store's shared memory: read in place, not copied.
+    with landed(shipment, lambda expected: ray.get(refs[expected]), cache) as task:
+        result = run_task(task, workdir, isolation)
+    trim(cache)
     result.node = ray.get_runtime_context().get_node_id()
     return result
+
+
+def _put_file(ray: Any, file: Path) -> Any:
+    """A blob file into Ray's object store as a uint8 array mapped from disk, so this process never holds
+    it in memory; the file is deleted once the store has its copy."""
+    import numpy as np
+
+    try:
+        return ray.put(np.memmap(file, dtype=np.uint8, mode="r").view(np.ndarray))
+    finally:
+        file.unlink()
 
 
 class RayExecutor:
@@ -161,14 +178,17 @@ class RayExecutor:
     def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]:
         remote = self._remote(_run_shipped)
         packed = dict(self._packed)  # updated only once this call has put its blobs
-        shipments, blobs = ship_all(list(tasks), packed)  # only sources new or changed are packed
-        refs: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory(prefix="assay-blobs-") as spool:
+            # only sources new or changed are packed, each into a file of its own
+            shipments, blobs = ship_all(list(tasks), Path(spool), packed)
+            refs: dict[str, Any] = {}
+            for shipment in shipments:
+                for h in [*shipment.stage.values(), shipment.image]:
+                    if h is not None and h not in refs:
+                        refs[h] = self._refs[h] if h in self._refs else _put_file(self.ray, blobs[h])
         calls = []
         for shipment in shipments:
             limits = shipment.task.limits
-            for h in [*shipment.stage.values(), shipment.image]:
-                if h is not None and h not in refs:
-                    refs[h] = self._refs[h] if h in self._refs else self.ray.put(blobs[h])
             needed = {h: refs[h] for h in [*shipment.stage.values(), shipment.image] if h is not None}
             options = self._options(limits.cpus, limits.gpus, limits.memory_bytes)
             calls.append(remote.options(**options).remote(shipment, needed, self.workdir, self.isolation))

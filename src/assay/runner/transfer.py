@@ -7,9 +7,15 @@ cache folder keyed by that hash (``land``), checked before it is used. The task 
 only its own cached copies (``Shipment``); results come back as values (``TaskResult.outputs`` holds the
 result files' bytes). A model the zoo trains on a node comes back the same way (``unpack_to``).
 
-The blob is plain tar, built in memory: members sorted, one fixed time, owner and mode bits, links followed
-and dangling ones left out (as ``workspace.stage_in`` copies them), so equal content gives an equal hash on
-every machine. Unpacking uses tarfile's ``data`` filter, so a forged blob cannot write outside its folder.
+The blob is plain tar: members sorted, one fixed time, owner and mode bits, links followed and dangling ones
+left out (as ``workspace.stage_in`` copies them), so equal content gives an equal hash on every machine.
+Unpacking uses tarfile's ``data`` filter, so a forged blob cannot write outside its folder.
+
+Memory: a detector image or a large model is gigabytes, so a blob is never held as ``bytes`` on its way.
+``pack_into`` writes it to a file; the executor maps that file into Ray's object store, and a node reads
+the store's shared memory in place (``_extract`` takes any buffer). ``pack`` (bytes) is for the zoo's small
+models coming back as values. The node's cache is bounded and trimmed (``nodecache.py``); ``landed`` holds
+its entries while the task runs.
 """
 
 from __future__ import annotations
@@ -22,14 +28,16 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from assay.fileio import atomic_path
+from assay.runner.nodecache import cached, hold
 from assay.runner.task import Task
 
-CACHE_ENV = "ASSAY_NODE_CACHE"  # a node's own cache folder; default: the node's temp dir
+Buffer = Any  # bytes, or any object with the buffer protocol (a numpy array Ray hands back)
 ENTRY = "entry"  # the one top-level member of every blob (plus a file's suffix: .sif, .tar)
 _FILE_MODES = (0o644, 0o755)
 
@@ -38,9 +46,37 @@ class TransferError(RuntimeError):
     """A blob whose content does not match its hash, or that is not one packed entry: never used."""
 
 
-def digest(blob: bytes) -> str:
+def digest(blob: Buffer) -> str:
     """The content address of a blob: its SHA-256, hex."""
-    return hashlib.sha256(blob).hexdigest()
+    return hashlib.sha256(memoryview(blob).cast("B")).hexdigest()
+
+
+class _Reader(io.RawIOBase):
+    """A read-only, seekable file over a buffer, without copying it (``io.BytesIO`` copies)."""
+
+    def __init__(self, blob: Buffer) -> None:
+        self._view = memoryview(blob).cast("B")
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, into: Any) -> int:
+        count = max(0, min(len(into), len(self._view) - self._at))
+        into[:count] = self._view[self._at : self._at + count]
+        self._at += count
+        return count
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
 
 
 def _info(name: str, kind: bytes, mode: int, size: int = 0) -> tarfile.TarInfo:
@@ -70,20 +106,33 @@ def entry_name(source: Path) -> str:
     return ENTRY + (source.suffix if source.is_file() else "")
 
 
-def pack(source: str | Path) -> bytes:
-    """A file or folder as one deterministic tar blob (see the module docstring)."""
-    source = Path(source).resolve()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+def _write(source: Path, target: IO[bytes]) -> None:
+    with tarfile.open(fileobj=target, mode="w", format=tarfile.PAX_FORMAT) as tar:
         _add(tar, source, entry_name(source))
+
+
+def pack(source: str | Path) -> bytes:
+    """A file or folder as one deterministic tar blob, in memory (see the module docstring)."""
+    buffer = io.BytesIO()
+    _write(Path(source).resolve(), buffer)
     return buffer.getvalue()
 
 
-def _extract(blob: bytes, expected: str, into: Path) -> Path:
+def pack_into(source: str | Path, folder: Path) -> tuple[str, Path]:
+    """``pack(source)`` written to a new file in ``folder`` instead of memory: its hash and the file."""
+    handle, name = tempfile.mkstemp(prefix="blob-", suffix=".tar", dir=folder)
+    with os.fdopen(handle, "w+b") as target:
+        _write(Path(source).resolve(), target)
+        target.seek(0)
+        found = hashlib.file_digest(target, "sha256").hexdigest()
+    return found, Path(name)
+
+
+def _extract(blob: Buffer, expected: str, into: Path) -> Path:
     """Check the blob against its hash and unpack it into the empty folder ``into``; its one entry."""
     if digest(blob) != expected:
         raise TransferError(f"blob {expected[:12]}: content does not match its hash; refused")
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tar:
+    with tarfile.open(fileobj=_Reader(blob), mode="r:") as tar:
         tops = {member.name.split("/", 1)[0] for member in tar.getmembers()}
         if len(tops) != 1 or not next(iter(tops)).startswith(ENTRY):
             raise TransferError(f"blob {expected[:12]}: not one packed entry ({sorted(tops)[:3]})")
@@ -94,19 +143,7 @@ def _extract(blob: bytes, expected: str, into: Path) -> Path:
     return into / tops.pop()
 
 
-def node_cache() -> Path:
-    """This node's cache of unpacked blobs: ``ASSAY_NODE_CACHE``, else a folder in the node's temp dir."""
-    return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "assay-node-cache")
-
-
-def cached(expected: str, cache: Path) -> Path | None:
-    """The unpacked entry of a blob already in ``cache`` (checked when it was unpacked), else None."""
-    folder = cache / expected
-    entries = list(folder.iterdir()) if folder.is_dir() else []
-    return entries[0] if len(entries) == 1 else None
-
-
-def unpack_cached(blob: bytes, expected: str, cache: Path) -> Path:
+def unpack_cached(blob: Buffer, expected: str, cache: Path) -> Path:
     """Unpack a checked blob into ``cache/HASH/`` once; two tasks of a node racing for it both end up
     with the same folder (the loser's copy is dropped)."""
     found = cached(expected, cache)
@@ -126,7 +163,7 @@ def unpack_cached(blob: bytes, expected: str, cache: Path) -> Path:
     return found
 
 
-def unpack_to(blob: bytes, expected: str, target: Path) -> None:
+def unpack_to(blob: Buffer, expected: str, target: Path) -> None:
     """Unpack a checked blob's entry as ``target`` (a file or folder), atomically: all or nothing."""
     with atomic_path(target) as tmp:
         tmp.mkdir()
@@ -175,34 +212,41 @@ def signature(path: Path) -> tuple:
 
 
 def ship_all(
-    tasks: list[Task], known: dict[tuple[Path, tuple], str] | None = None
-) -> tuple[list[Shipment], dict[str, bytes]]:
-    """Shipments of ``tasks`` and the blobs packed for them by hash, each source path packed once.
+    tasks: list[Task], spool: Path, known: dict[tuple[Path, tuple], str] | None = None
+) -> tuple[list[Shipment], dict[str, Path]]:
+    """Shipments of ``tasks`` and the blob files packed for them into ``spool``, by hash; each source path
+    packed once, each hash kept once.
 
     ``known`` maps (path, ``signature``) to the hash it packed to before; a source found there unchanged is
     not packed again (its blob is not in the answer: the caller has it), and new ones are added to it.
     """
     known = {} if known is None else known
-    blobs: dict[str, bytes] = {}
+    blobs: dict[str, Path] = {}
 
     def packed(path: Path) -> str:
         key = (path.resolve(), signature(path.resolve()))
         if key not in known:
-            blob = pack(key[0])
-            known[key] = digest(blob)
-            blobs.setdefault(known[key], blob)
+            known[key], file = pack_into(key[0], spool)
+            if blobs.setdefault(known[key], file) != file:
+                file.unlink()  # the same content from another path
         return known[key]
 
     return [ship(task, packed) for task in tasks], blobs
 
 
-def land(shipment: Shipment, fetch: Callable[[str], bytes], cache: Path) -> Task:
+@contextlib.contextmanager
+def landed(shipment: Shipment, fetch: Callable[[str], Buffer], cache: Path) -> Iterator[Task]:
     """The task to run on this node: every blob unpacked into ``cache`` (``fetch(hash)`` asked only for
-    those not there yet) and the stage pointing at those local copies."""
+    those not there yet) and the stage pointing at those local copies, which no trim of the cache removes
+    before the block ends."""
+    hashes = [*shipment.stage.values(), *([shipment.image] if shipment.image else [])]
+    with contextlib.ExitStack() as held:
+        for expected in sorted(set(hashes)):  # one order everywhere
+            held.enter_context(hold(cache, expected))
 
-    def local(expected: str) -> Path:
-        return cached(expected, cache) or unpack_cached(fetch(expected), expected, cache)
+        def local(expected: str) -> Path:
+            return cached(expected, cache) or unpack_cached(fetch(expected), expected, cache)
 
-    stage = {name: local(expected) for name, expected in shipment.stage.items()}
-    image = str(local(shipment.image)) if shipment.image else shipment.task.image
-    return dataclasses.replace(shipment.task, stage=stage, shared_stage=shipment.shared, image=image)
+        stage = {name: local(expected) for name, expected in shipment.stage.items()}
+        image = str(local(shipment.image)) if shipment.image else shipment.task.image
+        yield dataclasses.replace(shipment.task, stage=stage, shared_stage=shipment.shared, image=image)
