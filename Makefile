@@ -50,7 +50,7 @@ test: $(STAMP)
 
 # The platform image and the documented pod (podman build from this machine's wheels; minutes on 2 cores).
 test-deploy: $(STAMP)
-	ASSAY_DEPLOY_TESTS=1 $(PY) -m pytest -q tests/web/test_web_ops_image.py
+	ASSAY_DEPLOY_TESTS=1 $(PY) -m pytest -q tests/web/test_web_ops_image.py tests/web/test_web_worker_image.py
 
 # The quick loop: everything but the tests marked slow (training, SmolLM2, subprocesses, browsers).
 test-fast: $(STAMP)

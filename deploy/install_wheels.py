@@ -2,6 +2,7 @@
 
 python3 install_wheels.py deps WHEELS   # a virtual environment at /opt/assay with every wheel but pip's
 python3 install_wheels.py app WHEELS    # assay's wheel into /opt/assay-app, on that environment's path
+python3 install_wheels.py worker WHEELS # torch & co. into /opt/assay/lib/worker, on that path too
 
 Every wheel is installed with ``--no-deps`` (the folder holds the whole dependency closure, made by
 ``pip download``), and ``pip check`` must then find nothing missing unless ``PARTIAL=1`` (tests that
@@ -16,6 +17,7 @@ import venv
 from pathlib import Path
 
 PREFIX, APP = Path("/opt/assay"), Path("/opt/assay-app")
+WORKER = PREFIX / "lib" / "worker"  # the worker image's extra tree; under lib, which the sandbox binds
 USER, UID, HOME = "assay", 10001, "/var/lib/assay"
 PIP_WHEEL = Path("/opt/pip.whl")  # kept in the build stages only; the final image copies neither
 
@@ -43,7 +45,8 @@ def deps(folder: Path) -> None:
     os.replace(pip_wheel, PIP_WHEEL)
     install([w for w in found if w != pip_wheel])
     site = next(PREFIX.glob("lib/python3*/site-packages"))
-    (site / "assay-app.pth").write_text(f"{APP}\n")  # assay itself, from the next stage
+    # assay itself, from the next stage; the worker's tree where it exists (site skips a missing folder)
+    (site / "assay-app.pth").write_text(f"{APP}\n{WORKER}\n")
     with open("/etc/passwd", "a") as passwd:
         passwd.write(f"{USER}:x:{UID}:{UID}:assay:{HOME}:/sbin/nologin\n")
     with open("/etc/group", "a") as group:
@@ -60,5 +63,9 @@ def app(folder: Path) -> None:
             sys.exit("pip check: dependencies missing from build/wheels")
 
 
+def worker(folder: Path) -> None:
+    install(sorted(folder.glob("*.whl")), "--target", str(WORKER))
+
+
 if __name__ == "__main__":
-    {"deps": deps, "app": app}[sys.argv[1]](Path(sys.argv[2]))
+    {"deps": deps, "app": app, "worker": worker}[sys.argv[1]](Path(sys.argv[2]))

@@ -33,15 +33,28 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from container_image import _add_bytes, _add_file, _libraries
 
 PROJECT = Path(__file__).resolve().parents[1]
+# Building the images takes minutes on 2 cores (more than make test's whole budget allows): `make test-deploy`
+# runs the image tests, with ASSAY_DEPLOY_TESTS=1.
+DEPLOY_TESTS = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("ASSAY_DEPLOY_TESTS") != "1", reason="image and pod test: run `make test-deploy`"
+    ),
+]
 SERVER_DISTRIBUTIONS = (
     *("fastapi", "uvicorn", "uvloop", "httptools", "sqlalchemy", "alembic", "jinja2", "argon2-cffi"),
     *("python-multipart", "pydantic-settings", "typer", "rich", "psycopg", "psycopg-binary", "pyyaml"),
     *("fastapi-offline", "prometheus-client", "numpy", "scipy", "pandas", "krippendorff", "httpx"),
 )
+WORKER_DISTRIBUTIONS = ("torch",)  # what the worker image adds: the baselines' model stack
 PYTHON = Path("/usr/bin/python3")
+SHELL = Path("/bin/sh")
+BWRAP = Path("/usr/bin/bwrap")
 STDLIB_SKIP = {
     "test",
     "idlelib",
@@ -164,6 +177,9 @@ def base_image(folder: Path, extensions: list[Path]) -> str:
         ):
             if "/site-packages/" not in str(library) and "/.venv/" not in str(library):
                 _add_file(archive, library, seen)
+        for library in sorted(_libraries([SHELL.resolve()])):  # a shell for RUN lines, as python:slim has
+            _add_file(archive, library, seen)
+        _add_file(archive, SHELL, seen)
         _add_bytes(archive, "pause", PAUSE, 0o755)
     return _image(
         folder / "base.tar", "assay-test-base", ["ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["python3"]']
@@ -227,7 +243,12 @@ def _requires(name: str) -> list[str]:
 
 def server_closure() -> dict[str, str]:
     """name -> installed version of ``SERVER_DISTRIBUTIONS`` and everything they require."""
-    todo, found = list(SERVER_DISTRIBUTIONS), {}
+    return closure_of(SERVER_DISTRIBUTIONS)
+
+
+def closure_of(distributions: tuple[str, ...]) -> dict[str, str]:
+    """name -> installed version of ``distributions`` and everything they require."""
+    todo, found = list(distributions), {}
     while todo:
         name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
         if name in found:
@@ -267,35 +288,90 @@ def extension_modules(names: list[str]) -> list[Path]:
     return found
 
 
-def build(folder: Path) -> Images:
-    """Every image the deploy test needs; reuses tags whose inputs are unchanged."""
-    folder.mkdir(parents=True, exist_ok=True)
-    closure = server_closure()
-    base = base_image(folder, extension_modules(list(closure)))
+def worker_wheels(context: Path) -> list[Path]:
+    """torch and what it requires beyond the server's closure, at the installed versions, in
+    ``build/worker-wheels`` (torch's CPU wheel comes from this machine's ``/opt/wheels``)."""
+    folder = context / "build" / "worker-wheels"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    server = server_closure()
+    pins = [f"{n}=={v}" for n, v in sorted(closure_of(WORKER_DISTRIBUTIONS).items()) if n not in server]
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "download", "--no-deps"]
+    subprocess.run([*pip, "--only-binary=:all:", "-d", str(folder), *pins], check=True, capture_output=True)
+    return sorted(folder.iterdir())
+
+
+def worker_root(context: Path) -> list[Path]:
+    """``build/worker-root``: bubblewrap and the libraries it links, at their own paths (the offline
+    stand-in for the worker stage's ``apt-get install bubblewrap``)."""
+    root = context / "build" / "worker-root"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for path in sorted({BWRAP, *_libraries([BWRAP])}):
+        target = root / str(path).lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)  # links followed: the loader finds the file under the linked name
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def _context(folder: Path, worker: bool) -> tuple[Path, list[Path]]:
+    """The build context (Containerfile, install script, wheels) and the files that decide the image."""
     context = folder / "context"
-    dependency_wheels = wheels(context)
+    inputs = wheels(context)
+    for name in ("worker-wheels", "worker-root"):
+        shutil.rmtree(context / "build" / name, ignore_errors=True)
+        (context / "build" / name).mkdir(parents=True)
+    if worker:
+        inputs += worker_wheels(context) + worker_root(context)
     (context / "deploy").mkdir(exist_ok=True)
     shutil.copy(PROJECT / "Containerfile", context / "Containerfile")
     shutil.copy(PROJECT / "deploy" / "install_wheels.py", context / "deploy" / "install_wheels.py")
+    return context, [*inputs, context / "Containerfile", context / "deploy" / "install_wheels.py"]
+
+
+def _build(context: Path, inputs: list[Path], base: str, name: str, target: str | None = None) -> str:
+    """``podman build`` of the context (``--target``), tagged by a hash of what went in, unless built."""
     digest = hashlib.sha256(base.encode() + _source_digest().encode())
-    for path in [*dependency_wheels, context / "Containerfile", context / "deploy" / "install_wheels.py"]:
+    for path in inputs:
         digest.update(path.name.encode() + path.read_bytes())
-    tag = f"localhost/assay:test-{digest.hexdigest()[:12]}"
+    tag = f"localhost/{name}:test-{digest.hexdigest()[:12]}"
     if subprocess.run(["podman", "image", "exists", tag], check=False).returncode != 0:
         podman(
             *("build", "--runtime", "runc", *limits(), "--network", "none", "--pull=never", "--layers"),
+            *(["--target", target] if target else []),
             *("--build-arg", f"BASE={base}", "--build-arg", "PARTIAL=1", "-t", tag, str(context)),
             timeout=900,
         )
     _forget_older(tag)
+    return tag
+
+
+def build(folder: Path) -> Images:
+    """Every image the deploy test needs; reuses tags whose inputs are unchanged."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = _base(folder)
+    tag = _build(*_context(folder, worker=False), base, "assay")
     conf = folder / "containers.conf"
     nofile, nproc = (opt.split(":")[-1] for opt in limits())
     conf.write_text(CONTAINERS_CONF.format(nofile=nofile, nproc=nproc, infra=pause_image(base)))
     return Images(base, pause_image(base), postgres_image(folder), tag, conf)
 
 
+def build_worker(folder: Path) -> str:
+    """The worker image (``--target worker``: the platform, torch, bubblewrap); its tag."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return _build(*_context(folder, worker=True), _base(folder), "assay-worker", target="worker")
+
+
+def _base(folder: Path) -> str:
+    """One base for both images (so the worker build reuses the platform's layers): the libraries of the
+    server's and the worker's extension modules."""
+    closure = {**server_closure(), **closure_of(WORKER_DISTRIBUTIONS)}
+    return base_image(folder, extension_modules(list(closure)))
+
+
 def _forget_older(tag: str) -> None:
-    """Remove earlier test builds of the platform image (another source tree), so they do not pile up."""
+    """Remove earlier test builds of this image (another source tree), so they do not pile up."""
     repository = tag.split(":")[0]
     listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}").split()
     older = [name for name in listed if name.startswith(f"{repository}:test-") and name != tag]

@@ -236,3 +236,24 @@ def test_an_older_bubblewrap_is_said_in_the_isolation_line(
     else:
         assert argv[argv.index("--disable-userns") - 1] == "--unshare-user"
         assert "no nested user namespaces" in described
+
+
+@needs_bwrap
+def test_the_sandbox_is_named_sandbox_where_it_may_be_and_says_so_where_not(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """On this host bubblewrap names the sandbox's host; under a container's seccomp profile (podman's
+    default forbids sethostname) it keeps a private UTS namespace with the container's name, and the
+    isolation line says so (the worker image's test runs that case for real)."""
+    from assay.runner import isolation
+
+    script = detector(
+        tmp_path, "import os, sys\nopen(sys.argv[1] + '/name.txt', 'w').write(os.uname().nodename)\n"
+    )
+    result = run_task(python_task(script, "{output}", key="named", outputs=["name.txt"]))
+    assert result.exit_code == 0 and result.outputs["name.txt"] == b"sandbox", result.stderr
+    assert "hostname" not in result.isolation
+    monkeypatch.setattr(isolation, "hostname_settable", lambda: False)
+    argv, described = isolation.wrap("bwrap", ["true"], isolation.Mounts())
+    assert "--hostname" not in argv and "--unshare-uts" in argv
+    assert "the container's hostname" in described

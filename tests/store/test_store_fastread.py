@@ -120,3 +120,77 @@ def test_a_limit_out_of_bounds_is_still_refused(limit: str, word: str, tmp_path:
     monkeypatch.setenv("ASSAY_HOME", str(tmp_path))
     result = CliRunner().invoke(cli_app, ["user", "list", "--limit", limit])
     assert result.exit_code == 2 and word in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", ["libpq", "psycopg"])
+def test_on_postgresql_libpq_and_psycopg_read_what_the_orm_reads(driver: str, postgres, monkeypatch) -> None:
+    """Both PostgreSQL ways agree with the ORM: libpq through ctypes (the fast one, where a libpq loads)
+    and psycopg (where none does); NULLs, booleans, JSON roles and non-ASCII names included."""
+    from assay.store import libpq
+
+    url = postgres.new_database()
+    _seed(url)
+    sessions = open_store(url)
+    with sessions.begin() as session:
+        accounts.create_user(session, "yves", "a-long-password-1", ["viewer"]).disabled = True
+        accounts.create_user(session, "xena", "a-long-password-1", ["viewer"], None, "Xéna Ünïcode ✓")
+    if driver == "psycopg":
+        monkeypatch.setattr(libpq, "available", lambda: False)
+    else:
+        assert libpq.available()
+    for limit, offset in [(100, 0), (3, 2), (2, 6)]:
+        assert fastread.users_page(url, limit, offset) == orm_page(url, limit, offset)
+    rows, total = fastread.users_page(url, 100, 0)  # type: ignore[misc]
+    by_name = {row["username"]: row for row in rows}
+    assert total == 8 and by_name["xena"]["display_name"] == "Xéna Ünïcode ✓"
+    assert by_name["yves"] == {
+        "username": "yves",
+        "display_name": "",
+        "roles": ["viewer"],
+        "team": None,
+        "disabled": True,
+    }
+
+
+@pytest.mark.slow
+def test_the_libpq_session_is_read_only_and_a_refusal_is_an_error(postgres) -> None:
+    from assay.store.libpq import Connection, LibpqError
+
+    url = postgres.new_database()
+    _seed(url)
+    connection = Connection(url.replace("+psycopg", "", 1))
+    try:
+        connection.execute("SELECT count(*), bool_or(disabled) FROM web_users WHERE username <> %s", ["zoe"])
+        assert connection.fetchall() == [(5, True)]
+        with pytest.raises(LibpqError, match="read-only transaction"):
+            connection.execute("DELETE FROM web_users")
+    finally:
+        connection.close()
+    missing = url.rsplit("/", 1)[0] + "/no_such_database_here"
+    with pytest.raises(LibpqError, match="does not exist"):
+        Connection(missing.replace("+psycopg", "", 1))
+    assert fastread.users_page(missing, 10, 0) is None  # the engine's path words the error
+
+
+@pytest.mark.slow
+def test_user_list_on_postgresql_at_head_imports_no_driver_but_libpq(postgres, tmp_path: Path) -> None:
+    """The 0.3 s goal on PostgreSQL: no SQLAlchemy, Alembic, pydantic, and no psycopg either."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    url = postgres.new_database()
+    _seed(url)
+    env = {**os.environ, "ASSAY_DB_URL": url, "ASSAY_HOME": str(tmp_path)}
+    probe = (
+        "import runpy, sys, json\nsys.argv = ['assay', 'user', 'list', '--json']\n"
+        "try:\n    runpy.run_module('assay', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'sqlalchemy', 'alembic', 'pydantic', 'psycopg', 'psycopg_binary'})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    listed, loaded = done.stdout.rsplit("LOADED ", 1)
+    assert json.loads(loaded) == [], done.stderr
+    assert [row["username"] for row in json.loads(listed)][:2] == ["alice", "bob.b"]

@@ -25,16 +25,10 @@ import httpx
 import pytest
 
 from container_image import podman_ready
+from platform_image import DEPLOY_TESTS
 from web_server import free_port
 
-# Building the images takes minutes on 2 cores (more than make test's whole budget allows): `make test-deploy`
-# runs this file, with ASSAY_DEPLOY_TESTS=1.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("ASSAY_DEPLOY_TESTS") != "1", reason="image and pod test: run `make test-deploy`"
-    ),
-]
+pytestmark = DEPLOY_TESTS
 PROJECT = Path(__file__).resolve().parents[2]
 POD_FILE = PROJECT / "deploy" / "assay-pod.yaml"
 BUILD = PROJECT / "build" / "test-platform"

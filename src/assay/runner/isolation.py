@@ -59,9 +59,10 @@ class Mounts:
 
 
 def _works(argv: list[str]) -> bool:
-    """Whether a sandbox command runs ``true`` here: installed is not enough (containers may forbid it)."""
+    """Whether a sandbox command runs this Python here: installed is not enough (containers may forbid
+    it). Python, not ``true``: the runtime is all a slim image is sure to hold (ours has no coreutils)."""
     try:
-        done = subprocess.run([*argv, "true"], capture_output=True, timeout=30, check=False)
+        done = subprocess.run([*argv, sys.executable, "-c", ""], capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
@@ -160,6 +161,15 @@ def nested_userns_disabled() -> bool:
     return _works(["bwrap", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "--"])
 
 
+@functools.cache
+def hostname_settable() -> bool:
+    """Whether bubblewrap may name the sandbox's host. In a container under podman's default seccomp
+    profile it may not (``sethostname`` is allowed only with CAP_SYS_ADMIN, which the container's user
+    lacks), though it may do all else the sandbox needs; the sandbox then keeps its own UTS namespace with
+    the container's hostname, which names the container, not the machine."""
+    return _works(["bwrap", *_namespaces(), "--hostname", "sandbox", "--ro-bind", "/", "/", "--"])
+
+
 def _namespaces() -> list[str]:
     """Own user (without nested ones where bwrap can), pid, ipc, uts and cgroup namespaces."""
     user = ["--unshare-user", "--disable-userns"] if nested_userns_disabled() else ["--unshare-user-try"]
@@ -178,7 +188,8 @@ def bwrap_argv(mounts: Mounts) -> list[str]:
     argv += [arg for name in ("input", "scratch", "output") for arg in ("--dir", str(INSIDE / name))]
     argv += [arg for name in ("shm", "tmp") for arg in ("--perms", "1777", "--dir", str(INSIDE / name))]
     argv += ["--symlink", str(INSIDE / "tmp"), "/tmp", *_namespaces()]
-    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += ["--hostname", "sandbox"] if hostname_settable() else []
     if not mounts.network:
         argv.append("--unshare-net")
     for path in _existing([*runtime_paths(), *mounts.readonly]):
@@ -196,6 +207,8 @@ def wrap(level: str, argv: list[str], mounts: Mounts) -> tuple[list[str], str]:
         parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
         parts.append("network allowed" if mounts.network else "no network")
         parts += ["own pid namespace", "no capabilities"]
+        if not hostname_settable():
+            parts.append("the container's hostname (its seccomp profile forbids naming the sandbox)")
         if nested_userns_disabled():
             parts.append("no nested user namespaces")
         else:

@@ -1,0 +1,169 @@
+"""The worker image (``podman build --target worker``: the platform, torch and bubblewrap) scores a real
+detector on a sealed split, inside bubblewrap, inside the container.
+
+The attack it answers: a worker without bubblewrap either refuses every sealed job or, told to run anyway,
+runs detectors in the open where they read the ground truth and the database. The platform image has no
+bubblewrap, so its worker scores nothing; this one does, run with ``--security-opt unmask=/proc/*`` (podman
+masks parts of /proc, and the kernel then refuses the fresh /proc bubblewrap mounts for the detector's pid
+namespace; no capability and no ``--privileged`` is needed). Run without that option, the same worker
+refuses the sealed job in one line, and no result is written.
+
+Like the platform's image test this builds for minutes the first time: ``make test-deploy`` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from container_image import podman_ready
+from platform_image import DEPLOY_TESTS
+
+pytestmark = DEPLOY_TESTS
+PROJECT = Path(__file__).resolve().parents[2]
+BUILD = PROJECT / "build" / "test-platform"
+ZOO = {
+    "models": 4,
+    "seed": 5,
+    "architectures": ["mlp"],
+    "widths": [8],
+    "epochs": 6,
+    "trigger_kinds": ["solid_patch"],
+    "source_specific_share": 0.0,
+    "poison_fraction": [0.3, 0.3],
+    "clean_accuracy_floor": 0.6,
+    "asr_floor": 0.6,
+    "max_attempts": 6,
+}
+UID = 10001  # the image's user
+
+
+@pytest.fixture(scope="module")
+def worker_image() -> str:
+    reason = podman_ready()
+    if reason is not None:
+        pytest.skip(reason)
+    if not Path("/usr/bin/bwrap").exists() or not Path("/usr/bin/python3").exists():
+        pytest.skip("the test image needs this host's bubblewrap and python3")
+    from platform_image import build_worker
+
+    return build_worker(BUILD)
+
+
+def _programme(folder: Path) -> str:
+    """A tiny real round (4 digits MLPs, 1 in test) and two teams in a SQLite store; its URL."""
+    import torch
+
+    from assay.leaderboard import rounds
+    from assay.store import open_store
+    from assay.zoo.config import RoundConfig
+    from assay.zoo.round import generate_round
+    from assay.zoo.split import split_round
+
+    torch.set_num_threads(1)
+    generate_round(RoundConfig.model_validate(ZOO), folder / "round", workers=1)
+    split_round(folder / "round", {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
+    url = f"sqlite:///{folder / 'store.db'}"
+    sessions = open_store(url)
+    with sessions.begin() as session:
+        rounds.create_round(session, "r1", folder / "round" / "splits", per_model_timeout_s=300)
+        rounds.set_status(session, "r1", "open")
+        for team in ("alpha", "beta"):
+            rounds.add_team(session, team)
+    sessions.kw["bind"].dispose()
+    return url
+
+
+def _submit(folder: Path, url: str, team: str) -> int:
+    """The meta-classifier baseline submitted by ``team`` to the test split (one per team and day); the
+    id of its queued job. Files written here go to the image's user."""
+    from assay.leaderboard import submissions
+    from assay.store import Job, open_store
+
+    sessions = open_store(url)
+    with sessions.begin() as session:
+        artifacts = folder / "home" / "artifacts"
+        made = submissions.submit(
+            session, artifacts, team, "r1", "test", PROJECT / "detectors" / "meta_classifier"
+        )
+        assert made.status == "queued", made.validation_errors
+        submission_id = made.id
+    with sessions() as session:
+        job_id = session.scalars(select(Job.id).where(Job.submission_id == submission_id)).one()
+    sessions.kw["bind"].dispose()
+    subprocess.run(["chown", "-R", f"{UID}:{UID}", str(folder)], check=True)
+    return job_id
+
+
+def _work_once(image: str, folder: Path, url: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``assay leaderboard worker --once`` in the image, the programme's folder at its own path."""
+    from platform_image import limits
+
+    command = ["podman", "run", "--rm", "--runtime", "runc", *limits(), "--network", "none", *options]
+    command += [
+        "-v",
+        f"{folder}:{folder}",
+        "-e",
+        f"ASSAY_DB_URL={url}",
+        "-e",
+        f"ASSAY_HOME={folder / 'home'}",
+    ]
+    command += [image, "leaderboard", "worker", "--once"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _job(url: str, job_id: int) -> tuple[str, dict[str, float | None], str]:
+    from assay.store import Job, open_store
+
+    sessions = open_store(url)
+    with sessions() as session:
+        job = session.get(Job, job_id)
+        found = job.status, {r.model_name: r.value for r in job.results}, job.log
+    sessions.kw["bind"].dispose()
+    return found
+
+
+def test_worker_image_scores_a_sealed_split_in_bubblewrap(worker_image: str, tmp_path: Path) -> None:
+    folder = tmp_path / "programme"
+    folder.mkdir()
+    url = _programme(folder)
+    from platform_image import limits
+
+    facts = (
+        "import json, os, torch, shutil\n"
+        "print(json.dumps([os.getuid(), torch.__version__, shutil.which('bwrap')]))"
+    )
+    podman_run = ["podman", "run", "--rm", "--runtime", "runc", *limits(), "--network", "none"]
+    probe = subprocess.run(
+        [*podman_run, "--entrypoint", "python3", worker_image, "-c", facts],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert probe.returncode == 0, probe.stderr
+    uid, version, bwrap = json.loads(probe.stdout)
+    assert uid == UID and version.split("+")[0] == __import__("torch").__version__.split("+")[0] and bwrap
+
+    # before: podman's masked /proc, so bubblewrap cannot start a sandbox; the sealed job is refused
+    first = _submit(folder, url, "alpha")
+    masked = _work_once(worker_image, folder, url)
+    status, values, log = _job(url, first)
+    assert "needs bwrap isolation" in masked.stdout + masked.stderr + log, masked.stderr[-2000:]
+    assert not any(v is not None for v in values.values())
+
+    # after: /proc unmasked (no capability added, not privileged): every test model scored under bwrap
+    second = _submit(folder, url, "beta")
+    scored = _work_once(worker_image, folder, url, "--security-opt", "unmask=/proc/*")
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    models = sorted(p.name for p in (folder / "round" / "splits" / "test" / "models").iterdir())
+    status, values, log = _job(url, second)
+    assert status == "done", log[-2000:]
+    assert sorted(values) == models and all(0.0 <= v <= 1.0 for v in values.values()), values
+    isolation = [line for line in log.splitlines() if line.startswith("isolation: ")]
+    assert len(isolation) == 1 and isolation[0].startswith("isolation: bwrap: empty read-only root"), log
+    assert "no network" in isolation[0] and "the container's hostname" in isolation[0]
+    print(isolation[0])
