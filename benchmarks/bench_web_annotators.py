@@ -10,10 +10,11 @@ Passwords are hashed at argon2's default cost (51 users, about 6 s; ``ASSAY_ARGO
 everyone's daily cap is lifted so the caps do not end the run.
 
 Each scenario starts ``assay serve --db URL --port P`` (uvicorn, one worker, access log to a file) as its
-own process, waits for ``/api/v1/health``, then runs the annotators (httpx, one ``AsyncClient`` each, in this
-process) looping claim -> view task -> submit annotation with a reason for ``--seconds``, plus one
-signed-in viewer fetching the standings page ``/leaderboard/rounds/NAME`` once a second. Afterwards the
-database is checked: every annotation a client got a 2xx for exists once with its task, annotator, rating
+own process, waits for ``/api/v1/health``, then runs the annotators (aiohttp, one ``ClientSession`` each, in
+this process, which shares the cores with the server: aiohttp costs less client CPU per request than httpx)
+looping claim -> view task -> submit annotation with a reason for ``--seconds``, plus one signed-in viewer
+(httpx) fetching the standings page ``/leaderboard/rounds/NAME`` once a second. Afterwards the database
+is checked: every annotation a client got a 2xx for exists once with its task, annotator, rating
 and reason; no annotation exists that no client sent; no task has two annotations. Any loss or duplicate
 prints FAIL and exits 1.
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import re
@@ -67,6 +69,7 @@ from itertools import product
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import aiohttp
 import httpx
 import numpy as np
 
@@ -344,6 +347,7 @@ class Record:
     requests: int = 0
     t0: float = 0.0  # when the load started (perf_counter)
     early: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # started in EARLY
+    finished: list[float] = field(default_factory=list)  # API requests: seconds from t0 to their answer
 
 
 def free_port() -> int:
@@ -382,15 +386,38 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-async def timed(record: Record, kind: str, call: Awaitable[httpx.Response]) -> httpx.Response | None:
+@dataclass(frozen=True)
+class Reply:
+    """What an annotator reads of a response (httpx's names, so the viewer's httpx client reads alike)."""
+
+    status_code: int
+    body: bytes
+
+    def json(self) -> object:
+        return json.loads(self.body)
+
+
+async def send(session: aiohttp.ClientSession, method: str, url: str, **options: object) -> Reply:
+    async with session.request(method, url, **options) as response:
+        return Reply(response.status, await response.read())
+
+
+TRANSPORT_ERRORS = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+async def timed(
+    record: Record, kind: str, call: Awaitable[Reply | httpx.Response]
+) -> Reply | httpx.Response | None:
     """Run one request; record its latency and status (or exception); None on a transport error."""
     start = time.perf_counter()
     try:
         response = await call
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         record.statuses[(kind, type(exc).__name__)] += 1
         return None
     record.latencies[kind].append(time.perf_counter() - start)
+    if kind in KINDS:
+        record.finished.append(time.perf_counter() - record.t0)
     if start - record.t0 < EARLY:
         record.early[kind].append(time.perf_counter() - start)
     record.statuses[(kind, response.status_code)] += 1
@@ -405,10 +432,13 @@ async def annotator(
     headers = {"Authorization": f"Bearer {token}"}
     api = f"{base}/api/v1/star"
     await asyncio.sleep(rng.uniform(0.0, think.ramp))  # arriving: 0 is everyone in the same instant
-    async with httpx.AsyncClient(headers=headers, timeout=60) as client:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as client:
         seq = 0
         while time.perf_counter() < stop:
-            claim = await timed(record, "claim", client.post(f"{api}/tasks/claim", json={"kind": "annotate"}))
+            claim = await timed(
+                record, "claim", send(client, "POST", f"{api}/tasks/claim", json={"kind": "annotate"})
+            )
             if claim is None or claim.status_code != 200:
                 await asyncio.sleep(0.2)
                 continue
@@ -417,7 +447,7 @@ async def annotator(
                 record.empty_claims += 1
                 await asyncio.sleep(0.5)
                 continue
-            view = await timed(record, "view", client.get(f"{api}/tasks/{task['id']}"))
+            view = await timed(record, "view", send(client, "GET", f"{api}/tasks/{task['id']}"))
             if view is None or view.status_code != 200:
                 continue
             seq += 1
@@ -428,7 +458,7 @@ async def annotator(
             reason = f"annotator {index} note {seq}: the reply is {likert[rating]} (turn 2 pushes back)"
             body = {"rating": rating, "reason": reason}
             sent = await timed(
-                record, "annotate", client.post(f"{api}/tasks/{task['id']}/annotation", json=body)
+                record, "annotate", send(client, "POST", f"{api}/tasks/{task['id']}/annotation", json=body)
             )
             if sent is not None and 200 <= sent.status_code < 300:
                 record.acked.append((sent.json()["annotation_id"], task["id"], person, rating, reason))
@@ -631,6 +661,7 @@ def scenario(
         "load": os.getloadavg()[0],
         "label": plan.label,
         "seconds": elapsed,
+        "window": plan.seconds,
         "record": record,
         "server_cpu": server_cpu,
         "client_cpu": client_cpu,
@@ -651,6 +682,13 @@ def metrics(run: dict) -> dict[str, float]:
     api_requests = sum(len(record.latencies[k]) for k in KINDS)
     out = {
         "requests/s (API)": api_requests / run["seconds"],
+        # Saturated throughput in the steady part of the run: answers from a fifth of the window (every
+        # client under way) to its end; the drain after it (clients finishing their last cycle, fewer and
+        # fewer in flight) would count a slow configuration's tail against it.
+        "requests/s (API, steady window)": sum(
+            0.2 * run["window"] <= t <= run["window"] for t in record.finished
+        )
+        / (0.8 * run["window"]),
         "annotations/s": len(record.acked) / run["seconds"],
     }
     for kind in KINDS:
@@ -759,10 +797,13 @@ def goals(runs: list[dict]) -> None:
             f"(first {EARLY:g} s: {fmt(row[f'worst route p95 ms, first {EARLY:g} s'])} ms), "
             f"5xx {run['server_errors']['5xx responses (access log)']}, load average {run['load']:.2f}"
         )
-    stress = {r["workers"]: metrics(r)["requests/s (API)"] for r in runs[1:] if not r["think"]}
-    if 1 in stress:
-        ratios = ", ".join(f"{w} workers {v / stress[1]:.2f}x" for w, v in sorted(stress.items()) if w > 1)
-        print(f"saturated requests/s against 1 worker: {ratios or 'no other worker count run'}")
+    for key in ("requests/s (API)", "requests/s (API, steady window)"):
+        stress = {r["workers"]: metrics(r)[key] for r in runs[1:] if not r["think"]}
+        if 1 in stress:
+            ratios = ", ".join(
+                f"{w} workers {v / stress[1]:.2f}x" for w, v in sorted(stress.items()) if w > 1
+            )
+            print(f"saturated {key} against 1 worker: {ratios or 'no other worker count run'}")
 
 
 def run_all(args: argparse.Namespace, postgres: PostgresServer | None) -> None:
