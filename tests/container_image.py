@@ -266,6 +266,19 @@ def build_image(folder: Path) -> BuiltImage:
     return BuiltImage(docker, oci, "podman:" + tag, image_id, time.monotonic() - start)
 
 
+def expected_value(model_dir: Path) -> float:
+    """The image detector's answer for a model, computed here from its weights with the image's formula."""
+    namespace: dict = {}
+    exec(WEIGHTSTAT, namespace)
+    weights = model_dir / "model.safetensors"
+    values = (
+        namespace["safetensors_floats"](weights)
+        if weights.exists()
+        else namespace["byte_floats"](model_dir / "model.pt")
+    )
+    return namespace["probability"](values, 40.0, METAPARAMETERS["centre"])
+
+
 def podman_ready() -> str | None:
     """Why the container tests cannot run here, or None."""
     from assay.runner.container import podman_missing

@@ -27,9 +27,9 @@ from container_image import (
     ENTRYPOINT,
     METAPARAMETERS,
     SCHEMA,
-    WEIGHTSTAT,
     BuiltImage,
     build_image,
+    expected_value,
     handmade_archive,
     podman_ready,
 )
@@ -167,19 +167,6 @@ def test_malformed_images_are_one_line_errors(
 
 
 # --- jobs (podman) ------------------------------------------------------------------------------------------
-
-
-def expected_value(model_dir: Path) -> float:
-    """The image detector's answer for a model, computed here from its weights with the image's formula."""
-    namespace: dict = {}
-    exec(WEIGHTSTAT, namespace)
-    weights = model_dir / "model.safetensors"
-    values = (
-        namespace["safetensors_floats"](weights)
-        if weights.exists()
-        else namespace["byte_floats"](model_dir / "model.pt")
-    )
-    return namespace["probability"](values, 40.0, METAPARAMETERS["centre"])
 
 
 @pytest.mark.slow

@@ -1,9 +1,10 @@
-"""Ray across nodes with no shared file system: a zoo generation and a leaderboard job on a head and two
-worker nodes (``ray start``, each in its own mount and pid namespace where the test's files do not exist,
-``tests/ray_cluster.py``); in each, one worker node is killed while it trains a model or runs a detector
-(a fresh node takes the first one's place). Everything a node reads comes by content hash through Ray's
-object store into the node's own cache; results and models come back as values. Both end equal to a
-one-node run: the same weights, the same detector answers and metrics, each model counted once.
+"""Ray across nodes with no shared file system: a zoo generation, a leaderboard job and a container-image
+job on a head and two worker nodes (``ray start``, each in its own mount and pid namespace where the test's
+files do not exist, ``tests/ray_cluster.py``); in the first two, one worker node is killed while it trains a
+model or runs a detector (a fresh node takes the first one's place). Everything a node reads comes by
+content hash through Ray's object store into the node's own cache (an image archive into the node's own
+podman storage); results and models come back as values. All end equal to a one-node run: the same
+weights, the same detector answers and metrics, each model counted once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from assay.store import Job, open_store
 from assay.zoo.config import RoundConfig
 from assay.zoo.round import build_model, draw_factors
 from assay.zoo.split import split_round
+from container_image import build_image, podman_ready
+from container_image import expected_value as image_value
 from ray_cluster import local_cluster, ray_available
 
 pytestmark = pytest.mark.slow
@@ -71,12 +74,11 @@ def expected_value(model_pt: Path) -> float:
     return int(digest(model_pt.read_bytes())[:4], 16) / 65535
 
 
-def _submit(sessions, tmp_path: Path, team: str, sleep_s: float) -> int:
-    """Submit the hashing detector for ``team`` on the train split; the id of its queued job."""
+def _submit(sessions, tmp_path: Path, team: str, sleep_s: float, artifact: Path | None = None) -> int:
+    """Submit the hashing detector (or ``artifact``) for ``team`` on the train split; its queued job's id."""
+    artifact = artifact or hashing_detector(tmp_path / team, sleep_s)
     with sessions.begin() as session:
-        made = submissions.submit(
-            session, tmp_path / "artifacts", team, "r1", "train", hashing_detector(tmp_path / team, sleep_s)
-        )
+        made = submissions.submit(session, tmp_path / "artifacts", team, "r1", "train", artifact)
         assert made.status == "queued", made.validation_errors
         submission_id = made.id
     with sessions() as session:
@@ -156,7 +158,7 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
         with sessions.begin() as session:
             rounds.create_round(session, "r1", out / "splits", per_model_timeout_s=120)
             rounds.set_status(session, "r1", "open")
-            for team in ("alpha", "beta"):
+            for team in ("alpha", "beta", "gamma"):
                 rounds.add_team(session, team)
         job_on_cluster = _submit(sessions, tmp_path, "alpha", 1.0)
 
@@ -169,6 +171,16 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
         caches = {node.name: set(os.listdir(node.cache)) for node in cluster.workers if node.cache.is_dir()}
         head_cache = cluster.nodes[0].cache
         assert not head_cache.exists()  # the head has no CPU for tasks: everything ran on the workers
+
+        # A container-image submission: the archive travels as a blob, each node loads it into its own
+        # podman storage and runs it under the same limits as on one machine.
+        job_image = None
+        if podman_ready() is None:
+            image = build_image(tmp_path / "image")
+            job_image = _submit(sessions, tmp_path, "gamma", 0.0, image.docker_archive)
+            worker = [sys.executable, "-m", "assay", "leaderboard", "worker", "--once", *ray_cli]
+            done = subprocess.run(worker, env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-3000:]
 
     # The zoo: every model came back by value, equal to one built here on one node.
     config = RoundConfig.model_validate(ZOO)
@@ -199,6 +211,11 @@ def test_zoo_and_leaderboard_on_three_nodes_with_one_killed(
     assert work(sessions, LocalExecutor(2), once=True) == 1
     status_here, values_here, metrics_here, _, _ = _results(sessions, job_here)
     assert status_here == "done" and values_here == values and metrics_here == metrics
+
+    if job_image is not None:
+        status, values, _, count, isolation = _results(sessions, job_image)
+        assert status == "done" and count == 2 and isolation[0].startswith("isolation: podman (runc)")
+        assert values == pytest.approx({name: image_value(models / name) for name in train_models}, abs=1e-12)
 
     # What the nodes read came through their own caches, by content hash: each model file is there.
     for name in train_models:
