@@ -3,7 +3,7 @@
 A cluster node sees none of the submitter's files: a task's staged files (the model's folder, the detector
 folder or its image archive, the training split) are each packed into one blob, a deterministic tar named
 by its SHA-256 (``pack``), sent once per distinct hash (Ray's object store), and unpacked on the node into a
-cache folder keyed by that hash (``land``), checked before it is used. The task the node runs then names
+cache folder keyed by that hash (``landed``), checked before it is used. The task the node runs then names
 only its own cached copies (``Shipment``); results come back as values (``TaskResult.outputs`` holds the
 result files' bytes). A model the zoo trains on a node comes back the same way (``unpack_to``).
 
