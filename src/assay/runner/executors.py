@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from assay.errors import UserError
 from assay.runner.dispatch import run_task
-from assay.runner.nodecache import node_cache, trim
+from assay.runner.nodecache import cached, node_cache, trim
 from assay.runner.task import Task, TaskResult
 from assay.runner.transfer import Shipment, landed, ship_all
 
@@ -72,15 +72,18 @@ def _run_shipped(
 ) -> TaskResult:
     """On a Ray node: the shipment's blobs into this node's cache (fetched from the object store only when
     missing there, each checked against its hash), then the task on those local copies, in the same sandbox
-    as anywhere else. The result carries its files' bytes and this node's id. Then the node's cache is
-    trimmed to its bound (``ASSAY_NODE_CACHE_BYTES``), sparing what other tasks of the node hold."""
+    as anywhere else. The result carries its files' bytes and this node's id. When the task added to the
+    node's cache, the cache is then trimmed to its bound (``ASSAY_NODE_CACHE_BYTES``), sparing what other
+    tasks of the node hold; a task that found everything there leaves it as it is (no walk of the cache)."""
     import ray
 
     cache = node_cache()
+    grows = any(cached(expected, cache) is None for expected in refs)
     # A blob comes back as a numpy array over the object store's shared memory: read in place, not copied.
     with landed(shipment, lambda expected: ray.get(refs[expected]), cache) as task:
         result = run_task(task, workdir, isolation)
-    trim(cache)
+    if grows:
+        trim(cache)
     result.node = ray.get_runtime_context().get_node_id()
     return result
 
