@@ -34,6 +34,7 @@ demo: $(STAMP)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/zoo-demo.sh demo-out
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/dyepack-demo.sh demo-out
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/star-demo.sh demo-out
+	$(PY) examples/check_demo.py demo-out  # each script checked its part; all of it once more, in one place
 
 # The 240-model reference round of docs/zoo.md (about 5 minutes on 2 quiet cores); resumes if interrupted.
 REFERENCE := build/reference-round
@@ -62,6 +63,7 @@ bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_zoo.py
 	$(PY) benchmarks/bench_detectors.py $(REFERENCE)/splits --split test --models 12
 	$(PY) benchmarks/bench_leaderboard.py $(REFERENCE)/splits --split test --models 16
+	$(PY) benchmarks/bench_test_board.py $(REFERENCE)/splits --models 40
 	$(PY) benchmarks/bench_runner.py
 	$(PY) benchmarks/bench_container.py
 	$(PY) benchmarks/bench_agreement.py

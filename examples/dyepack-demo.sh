@@ -4,6 +4,7 @@
 #      fine-tune fits in minutes; 40% of them carry a backdoor, 4 samples per backdoor),
 #   2. verify SmolLM2-135M-Instruct (never saw the release): expect "not flagged",
 #   3. fine-tune SmolLM2 on the release (what a contaminated model did) and verify it: expect "CONTAMINATED".
+# Fails (examples/check_demo.py) when either verdict is not the expected one.
 # Usage: bash examples/dyepack-demo.sh [OUT_DIR]   (make demo runs it with OUT_DIR=demo-out)
 set -euo pipefail
 OUT=${1:-demo-out}
@@ -50,3 +51,4 @@ for name in ("verify-clean", "verify-contaminated"):
     s = json.load(open(f"{sys.argv[1]}/{name}/summary.json"))
     print(f"{name:20s} activated {s['activated']}/{s['backdoors']}  FPR {s['fpr']['fpr']:.3g}  -> {s['verdict']}")
 PY
+python examples/check_demo.py "$OUT" dyepack  # the clean model not flagged, the contaminated one flagged

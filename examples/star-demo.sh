@@ -5,6 +5,7 @@
 #   2. export it (Parquet, with the spec), import HarmBench's behaviours as a comparison set,
 #   3. `assay star report`: reliability, in-group vs out-group, group effects, coverage and a thematic map
 #      (all-MiniLM-L6-v2 embeddings, UMAP, Ward) as one HTML page + CSV + JSON.
+# Fails (examples/check_demo.py) when the report is missing or counts no dialogues.
 # Usage: bash examples/star-demo.sh [OUT_DIR] [DIALOGUES]   (make demo runs it with OUT_DIR=demo-out)
 set -euo pipefail
 OUT=${1:-demo-out}
@@ -29,3 +30,4 @@ assay star import "$HARMBENCH" --format lines --out "$S/harmbench.jsonl"
 echo "== 3. report"
 assay star report --export "$S/export" --compare "$S/harmbench.jsonl" --clusters 8 --out "$S/report" \
   --cache "$ASSAY_HOME/cache/embeddings.sqlite"
+python examples/check_demo.py "$OUT" star  # report.html there, its summary counting the dialogues

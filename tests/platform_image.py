@@ -1,35 +1,45 @@
-"""The platform's image and the documented pod, built on this machine with no registry, for the deploy test.
+"""The platform's and the worker's images, built the way docs/deploy.md says, and the pod's other images,
+on this machine with no registry, for the deploy tests.
 
-No registry is reachable here, so the two images the Containerfile and the pod start FROM are made from
-this host's own files, as ``container_image.py`` makes the detector image:
+The images are built by running docs/deploy.md's own build commands (the ``bash`` blocks that end in
+``podman build``), unchanged, in the project folder, so the documented build is the tested one (issue 36:
+followed literally, the old one pulled torch into a 2.21 GB platform image that held assay three times).
+``podman build`` is wrapped to add what this machine needs and the docs mention: ``--build-arg BASE=`` a
+base made here, ``--runtime runc`` (cgroups v1) and ulimits within the host's, no network (everything
+comes from the wheels). pip reads this machine's package index; ``PIP_RETRIES=0`` makes the unreachable
+PyTorch index cost a second, not minutes. podman's layer cache keeps reruns short: the dependency layers
+are rebuilt only when the downloaded wheels change.
 
-- ``assay-test-base``: Debian's ``/usr/bin/python3`` with its whole standard library (not its tests), the
-  shared libraries ``ldd`` names for it and for every extension module of the wheels going in, ``/etc/passwd``
-  and ``/pause`` (the pod's infra container). It stands in for ``python:3.11-slim``.
+No registry is reachable here, so the images the Containerfile and the pod start FROM are made from this
+host's own files, as ``container_image.py`` makes the detector image:
+
+- ``assay-test-base``: the Python running the tests (3.11.4 or newer: pyenv's here, not Debian's 3.11.2)
+  laid out as ``python:3.11-slim`` has it, under ``/usr/local``, with its standard library (not its tests or
+  site-packages), the shared libraries ``ldd`` names for it and for every extension module of what goes
+  in, ``/etc/passwd``, ``/bin/sh`` and ``/pause`` (the pod's infra container).
 - ``assay-test-postgres``: Debian's PostgreSQL server binaries, libraries and share files, ``/bin/sh``
   (dash) and an entrypoint that honours the official image's ``POSTGRES_USER``/``PASSWORD``/``DB``/``PGDATA``.
 - ``assay-test-pause``: the base with ``/pause`` as entrypoint, named as the pod's infra image (podman would
   otherwise pull ``k8s.gcr.io/pause`` or build one from catatonit, which is not installed).
 
-The wheels: assay's own (``pip wheel --no-deps``) and, to keep the image small, only the distributions the
-web server and the worker import (``SERVER_DISTRIBUTIONS`` and what they require), at the versions installed
-here, fetched by ``pip download`` from this machine's package index (offline: ``/opt/pypi``). Torch and the
-rest of the model stack are left out (``PARTIAL=1``), so the pod serves and queues but runs no detector.
-
-Every image is tagged by a hash of what went in and reused while that is unchanged, so only the first run
-pays for the build.
+The worker image needs bubblewrap, which its build installs with apt-get when the image has none; with no
+Debian mirror here, the test lays this host's ``bwrap`` and its libraries into ``build/worker-root`` first
+(the folder the docs create empty), so that step finds it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata as md
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +48,10 @@ import pytest
 from container_image import _add_bytes, _add_file, _libraries
 
 PROJECT = Path(__file__).resolve().parents[1]
+DOCS = PROJECT / "docs" / "deploy.md"
+VENV_BIN = Path(sys.executable).parent
+PLATFORM_TAG, WORKER_TAG = "localhost/assay:0.1.0", "localhost/assay-worker:0.1.0"  # the docs' tags
+WORKER_EXTRAS = ("models", "ray", "trojai")  # what the worker image adds (docs/deploy.md)
 # Building the images takes minutes on 2 cores (more than make test's whole budget allows): `make test-deploy`
 # runs the image tests, with ASSAY_DEPLOY_TESTS=1.
 DEPLOY_TESTS = [
@@ -46,14 +60,26 @@ DEPLOY_TESTS = [
         os.environ.get("ASSAY_DEPLOY_TESTS") != "1", reason="image and pod test: run `make test-deploy`"
     ),
 ]
-SERVER_DISTRIBUTIONS = (
-    *("fastapi", "uvicorn", "uvloop", "httptools", "sqlalchemy", "alembic", "jinja2", "argon2-cffi"),
-    *("python-multipart", "pydantic-settings", "typer", "rich", "psycopg", "psycopg-binary", "pyyaml"),
-    *("fastapi-offline", "prometheus-client", "numpy", "scipy", "pandas", "krippendorff", "httpx"),
-)
-WORKER_DISTRIBUTIONS = ("torch",)  # what the worker image adds: the baselines' model stack
-PYTHON = Path("/usr/bin/python3")
+ZOO = {  # a round in seconds: 4 digits MLPs, half trojaned
+    "models": 4,
+    "seed": 5,
+    "architectures": ["mlp"],
+    "widths": [8],
+    "epochs": 6,
+    "trigger_kinds": ["solid_patch"],
+    "source_specific_share": 0.0,
+    "poison_fraction": [0.3, 0.3],
+    "clean_accuracy_floor": 0.6,
+    "asr_floor": 0.6,
+    "max_attempts": 6,
+}
+FLOOR = (3, 11, 4)  # assay.pyfloor.FLOOR: the base's Python must be at least this
 SHELL = Path("/bin/sh")
+# what python:3.11-slim carries and manylinux wheels may link without shipping
+RUNTIME_LIBRARIES = (
+    Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
+    Path("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
+)
 BWRAP = Path("/usr/bin/bwrap")
 STDLIB_SKIP = {
     "test",
@@ -64,6 +90,7 @@ STDLIB_SKIP = {
     "lib2to3",
     "pydoc_data",
     "__pycache__",
+    "site-packages",
 }
 PG_VERSION_GLOB = "/usr/lib/postgresql/*/bin/postgres"
 CONTAINERS_CONF = """[containers]
@@ -72,7 +99,7 @@ default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
 runtime = "runc"
 infra_image = "{infra}"
 """
-PAUSE = b"""#!/usr/bin/python3
+PAUSE = b"""#!/usr/local/bin/python3
 import signal, sys
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 signal.signal(signal.SIGINT, lambda *a: sys.exit(0))
@@ -93,6 +120,12 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 fi
 exec postgres -D "$PGDATA" -c listen_addresses='*' "$@"
 """
+# Runs a documented block unchanged: `podman build` gains this machine's options, everything else is as typed
+WRAPPER = """set -euo pipefail
+podman() {{
+    if [ "$1" = build ]; then shift; command podman build {options} "$@"; else command podman "$@"; fi
+}}
+"""
 
 
 @dataclass(frozen=True)
@@ -101,7 +134,18 @@ class Images:
     pause: str
     postgres: str
     assay: str
+    worker: str
     containers_conf: Path  # CONTAINERS_CONF for `podman kube play`: runc, ulimits, the local infra image
+
+
+@dataclass(frozen=True)
+class Build:
+    """What one documented build did: the commands, the wheels it downloaded, how long it took."""
+
+    commands: str
+    wheels: int
+    wheel_bytes: int
+    seconds: float
 
 
 def podman(*argv: str, timeout: float = 600) -> str:
@@ -118,6 +162,34 @@ def limits() -> list[str]:
     nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536)
     nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 32768)
     return [f"--ulimit=nofile={nofile}:{nofile}", f"--ulimit=nproc={nproc}:{nproc}"]
+
+
+def documented(marker: str) -> str:
+    """The ``bash`` block of docs/deploy.md that holds ``marker`` (a line of it), as written there."""
+    blocks = re.findall(r"```bash\n(.*?)```", DOCS.read_text(), flags=re.S)
+    found = [block for block in blocks if marker in block]
+    assert len(found) == 1, f"docs/deploy.md: {len(found)} bash blocks hold {marker!r}"
+    return found[0]
+
+
+def run_documented(marker: str, base: str, log: Path) -> Build:
+    """Run the documented block holding ``marker`` in the project folder, ``podman build`` on ``base``."""
+    commands = documented(marker)
+    options = [
+        *("--runtime", "runc", *limits(), "--network", "none", "--pull=never"),
+        *("--build-arg", f"BASE={base}"),
+    ]
+    script = WRAPPER.format(options=" ".join(options)) + commands
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "PIP_RETRIES": "0"}
+    started = time.monotonic()
+    with log.open("w") as out:
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=PROJECT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=2400
+        )
+    assert done.returncode == 0, f"documented build failed (log {log}):\n{log.read_text()[-4000:]}"
+    folder = PROJECT / "build" / ("worker-wheels" if "--target worker" in commands else "wheels")
+    wheels = list(folder.glob("*.whl"))
+    return Build(commands, len(wheels), sum(w.stat().st_size for w in wheels), time.monotonic() - started)
 
 
 def _dir(archive: tarfile.TarFile, name: str, mode: int = 0o755, uid: int = 0) -> None:
@@ -141,6 +213,31 @@ def _tree(archive: tarfile.TarFile, root: Path, seen: set[str], skip: set[str] =
     return objects
 
 
+def _add_as(archive: tarfile.TarFile, path: Path, name: str, seen: set[str]) -> None:
+    """Add a host file (links followed) as ``name``, parents first; ``seen`` holds absolute paths, as
+    ``_add_file``'s does, so the two never add one path twice."""
+    target = Path("/" + name)
+    for parent in reversed(target.parents[:-1]):
+        if str(parent) not in seen:
+            seen.add(str(parent))
+            _dir(archive, str(parent).lstrip("/"))
+    if str(target) not in seen:
+        seen.add(str(target))
+        archive.add(str(path.resolve()), arcname=name, recursive=False)
+
+
+def _relocated_stdlib(archive: tarfile.TarFile, stdlib: Path, seen: set[str]) -> list[Path]:
+    """The standard library at ``usr/local/lib/pythonX.Y``; returns its extension modules (for ldd)."""
+    objects = []
+    for parent, folders, names in os.walk(stdlib):
+        folders[:] = sorted(f for f in folders if f not in STDLIB_SKIP and not f.startswith("config-"))
+        for name in sorted(n for n in names if not n.endswith(".pyc")):
+            path = Path(parent) / name
+            _add_as(archive, path, f"usr/local/lib/{stdlib.name}/{path.relative_to(stdlib)}", seen)
+            objects += [path] if ".so" in name else []
+    return objects
+
+
 def _etc(archive: tarfile.TarFile, users: str) -> None:
     _add_bytes(archive, "etc/passwd", f"root:x:0:0:root:/root:/bin/sh\n{users}".encode())
     _add_bytes(archive, "etc/group", b"root:x:0:\n")
@@ -157,33 +254,35 @@ def _image(rootfs: Path, name: str, changes: list[str]) -> str:
 
 
 def base_image(folder: Path, extensions: list[Path]) -> str:
-    """Python with its full standard library and every library the interpreter and ``extensions`` link."""
-    stdlib = Path(f"/usr/lib/python{sys.version_info.major}.{sys.version_info.minor}")
+    """This Python as ``python:3.11-slim`` lays it out (``/usr/local``), with every library the interpreter
+    and ``extensions`` link. libpython goes where the loader looks without a cache (its RUNPATH names the
+    host's pyenv folder, which the image has not)."""
+    prefix = Path(sys.base_prefix)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    interpreter = (prefix / "bin" / version).resolve()
     seen: set[str] = set()
     with tarfile.open(folder / "base.tar", "w") as archive:
         _etc(archive, "")
-        objects = _tree(archive, stdlib, seen, STDLIB_SKIP)
-        _add_file(archive, PYTHON.resolve(), seen)
-        if str(PYTHON) not in seen:
-            info = tarfile.TarInfo(str(PYTHON).lstrip("/"))
-            info.type, info.linkname = tarfile.SYMTYPE, PYTHON.resolve().name
+        objects = _relocated_stdlib(archive, prefix / "lib" / version, seen)
+        _add_as(archive, interpreter, f"usr/local/bin/{version}", seen)
+        for link in ("python3", "python"):
+            info = tarfile.TarInfo(f"usr/local/bin/{link}")
+            info.type, info.linkname = tarfile.SYMTYPE, version
             archive.addfile(info)
+        libraries = _libraries([interpreter, *objects, *extensions]) | _libraries([SHELL.resolve()])
         extra = {
-            Path(p)
-            for p in ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/lib/x86_64-linux-gnu/libgcc_s.so.1")
+            Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
+            Path("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
         }
-        for library in sorted(
-            _libraries([PYTHON.resolve(), *objects, *extensions]) | {e for e in extra if e.exists()}
-        ):
-            if "/site-packages/" not in str(library) and "/.venv/" not in str(library):
+        for library in sorted(libraries | {e for e in extra if e.exists()}):
+            if library.is_relative_to(prefix):  # libpython
+                _add_as(archive, library, f"usr/lib/x86_64-linux-gnu/{library.name}", seen)
+            elif "/site-packages/" not in str(library) and "/.venv/" not in str(library):
                 _add_file(archive, library, seen)
-        for library in sorted(_libraries([SHELL.resolve()])):  # a shell for RUN lines, as python:slim has
-            _add_file(archive, library, seen)
         _add_file(archive, SHELL, seen)
         _add_bytes(archive, "pause", PAUSE, 0o755)
-    return _image(
-        folder / "base.tar", "assay-test-base", ["ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["python3"]']
-    )
+    changes = ["ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["python3"]']
+    return _image(folder / "base.tar", "assay-test-base", changes)
 
 
 def pause_image(base: str) -> str:
@@ -229,26 +328,22 @@ def postgres_image(folder: Path) -> str:
     return _image(folder / "postgres.tar", "assay-test-postgres", changes)
 
 
-def _requires(name: str) -> list[str]:
-    """A distribution's unconditional requirements (markers evaluated here, extras left out)."""
+def _requires(name: str, extras: tuple[str, ...] = ()) -> list[str]:
+    """A distribution's requirements (markers evaluated here) without extras, or with ``extras``."""
     from packaging.requirements import Requirement
 
     found = []
     for line in md.distribution(name).requires or []:
         requirement = Requirement(line)
-        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+        marker = requirement.marker
+        if marker is None or any(marker.evaluate({"extra": extra}) for extra in ("", *extras)):
             found.append(requirement.name)
     return found
 
 
-def server_closure() -> dict[str, str]:
-    """name -> installed version of ``SERVER_DISTRIBUTIONS`` and everything they require."""
-    return closure_of(SERVER_DISTRIBUTIONS)
-
-
-def closure_of(distributions: tuple[str, ...]) -> dict[str, str]:
-    """name -> installed version of ``distributions`` and everything they require."""
-    todo, found = list(distributions), {}
+def closure_of(roots: list[str]) -> dict[str, str]:
+    """name -> installed version of ``roots`` and everything they require (installed here)."""
+    todo, found = list(roots), {}
     while todo:
         name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
         if name in found:
@@ -259,22 +354,6 @@ def closure_of(distributions: tuple[str, ...]) -> dict[str, str]:
             continue
         todo.extend(_requires(name))
     return found
-
-
-def wheels(context: Path) -> list[Path]:
-    """assay's wheel in ``build/assay``; pip's and the server closure's, at the installed versions, in
-    ``build/wheels`` (the Containerfile's layout)."""
-    deps, own = context / "build" / "wheels", context / "build" / "assay"
-    for folder in (deps, own):
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(own), str(PROJECT)]
-    subprocess.run(build, check=True, capture_output=True)
-    pins = [f"{n}=={v}" for n, v in sorted(server_closure().items())] + [f"pip=={md.version('pip')}"]
-    fetch = [*pip, "download", "--no-deps", "--only-binary=:all:", "-d", str(deps), *pins]
-    subprocess.run(fetch, check=True, capture_output=True)
-    return sorted(deps.iterdir())
 
 
 def extension_modules(names: list[str]) -> list[Path]:
@@ -288,23 +367,10 @@ def extension_modules(names: list[str]) -> list[Path]:
     return found
 
 
-def worker_wheels(context: Path) -> list[Path]:
-    """torch and what it requires beyond the server's closure, at the installed versions, in
-    ``build/worker-wheels`` (torch's CPU wheel comes from this machine's ``/opt/wheels``)."""
-    folder = context / "build" / "worker-wheels"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    server = server_closure()
-    pins = [f"{n}=={v}" for n, v in sorted(closure_of(WORKER_DISTRIBUTIONS).items()) if n not in server]
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "download", "--no-deps"]
-    subprocess.run([*pip, "--only-binary=:all:", "-d", str(folder), *pins], check=True, capture_output=True)
-    return sorted(folder.iterdir())
-
-
-def worker_root(context: Path) -> list[Path]:
+def worker_root() -> list[Path]:
     """``build/worker-root``: bubblewrap and the libraries it links, at their own paths (the offline
     stand-in for the worker stage's ``apt-get install bubblewrap``)."""
-    root = context / "build" / "worker-root"
+    root = PROJECT / "build" / "worker-root"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     for path in sorted({BWRAP, *_libraries([BWRAP])}):
@@ -314,80 +380,65 @@ def worker_root(context: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
-def _context(folder: Path, worker: bool) -> tuple[Path, list[Path]]:
-    """The build context (Containerfile, install script, wheels) and the files that decide the image."""
-    context = folder / "context"
-    inputs = wheels(context)
-    for name in ("worker-wheels", "worker-root"):
-        shutil.rmtree(context / "build" / name, ignore_errors=True)
-        (context / "build" / name).mkdir(parents=True)
-    if worker:
-        inputs += worker_wheels(context) + worker_root(context)
-    (context / "deploy").mkdir(exist_ok=True)
-    shutil.copy(PROJECT / "Containerfile", context / "Containerfile")
-    shutil.copy(PROJECT / "deploy" / "install_wheels.py", context / "deploy" / "install_wheels.py")
-    return context, [*inputs, context / "Containerfile", context / "deploy" / "install_wheels.py"]
-
-
-def _build(context: Path, inputs: list[Path], base: str, name: str, target: str | None = None) -> str:
-    """``podman build`` of the context (``--target``), tagged by a hash of what went in, unless built."""
-    digest = hashlib.sha256(base.encode() + _source_digest().encode())
-    for path in inputs:
-        digest.update(path.name.encode() + path.read_bytes())
-    tag = f"localhost/{name}:test-{digest.hexdigest()[:12]}"
-    if subprocess.run(["podman", "image", "exists", tag], check=False).returncode != 0:
-        podman(
-            *("build", "--runtime", "runc", *limits(), "--network", "none", "--pull=never", "--layers"),
-            *(["--target", target] if target else []),
-            *("--build-arg", f"BASE={base}", "--build-arg", "PARTIAL=1", "-t", tag, str(context)),
-            timeout=900,
-        )
-    _forget_older(tag)
-    return tag
-
-
-def build(folder: Path) -> Images:
-    """Every image the deploy test needs; reuses tags whose inputs are unchanged."""
-    folder.mkdir(parents=True, exist_ok=True)
-    base = _base(folder)
-    tag = _build(*_context(folder, worker=False), base, "assay")
-    conf = folder / "containers.conf"
-    nofile, nproc = (opt.split(":")[-1] for opt in limits())
-    conf.write_text(CONTAINERS_CONF.format(nofile=nofile, nproc=nproc, infra=pause_image(base)))
-    return Images(base, pause_image(base), postgres_image(folder), tag, conf)
-
-
-def build_worker(folder: Path) -> str:
-    """The worker image (``--target worker``: the platform, torch, bubblewrap); its tag."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return _build(*_context(folder, worker=True), _base(folder), "assay-worker", target="worker")
-
-
+@functools.cache
 def _base(folder: Path) -> str:
     """One base for both images (so the worker build reuses the platform's layers): the libraries of the
-    server's and the worker's extension modules."""
-    closure = {**server_closure(), **closure_of(WORKER_DISTRIBUTIONS)}
+    extension modules of assay's closure with the worker's extras, as installed here."""
+    if sys.version_info < FLOOR:
+        pytest.skip(f"the test base is this Python ({sys.version.split()[0]}), older than assay's floor")
+    closure = closure_of(_requires("assay", WORKER_EXTRAS))
     return base_image(folder, extension_modules(list(closure)))
 
 
-def _forget_older(tag: str) -> None:
-    """Remove earlier test builds of this image (another source tree), so they do not pile up."""
-    repository = tag.split(":")[0]
-    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}").split()
-    older = [name for name in listed if name.startswith(f"{repository}:test-") and name != tag]
-    if older:
-        subprocess.run(["podman", "rmi", "--force", *older], capture_output=True, check=False)
+@functools.cache
+def _documented_build(folder: Path, marker: str, log: str) -> Build:
+    """A documented block run once per test session (both deploy test files need the platform's)."""
+    if "--target worker" in marker:
+        _documented_build(folder, f"podman build -t {PLATFORM_TAG} .", "build-platform.log")
+        worker_root()
+    return run_documented(marker, _base(folder), folder / log)
 
 
-def _source_digest() -> str:
-    """What assay's wheel holds, by content (the wheel's own bytes carry times)."""
-    digest = hashlib.sha256()
-    for path in sorted((PROJECT / "src" / "assay").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(PROJECT)).encode() + path.read_bytes())
-    digest.update((PROJECT / "pyproject.toml").read_bytes())
-    return digest.hexdigest()
+def build(folder: Path) -> tuple[Images, Build, Build]:
+    """Both images by the documented commands, and the pod's other images; what each build did."""
+    folder.mkdir(parents=True, exist_ok=True)
+    platform = _documented_build(folder, f"podman build -t {PLATFORM_TAG} .", "build-platform.log")
+    worker = _documented_build(folder, "--target worker", "build-worker.log")
+    base = _base(folder)
+    conf = folder / "containers.conf"
+    nofile, nproc = (opt.split(":")[-1] for opt in limits())
+    conf.write_text(CONTAINERS_CONF.format(nofile=nofile, nproc=nproc, infra=pause_image(base)))
+    images = Images(base, pause_image(base), postgres_image(folder), PLATFORM_TAG, WORKER_TAG, conf)
+    return images, platform, worker
+
+
+def build_worker(folder: Path) -> tuple[str, Build]:
+    """The worker image by the documented commands (after the platform's); its tag, what the build did."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return WORKER_TAG, _documented_build(folder, "--target worker", "build-worker.log")
+
+
+def tiny_round(folder: Path) -> Path:
+    """A tiny real round (4 digits MLPs: 2 train, 1 test, 1 holdout), split; its ``splits`` folder."""
+    import torch
+
+    from assay.zoo.config import RoundConfig
+    from assay.zoo.round import generate_round
+    from assay.zoo.split import split_round
+
+    torch.set_num_threads(1)
+    generate_round(RoundConfig.model_validate(ZOO), folder / "round", workers=1)
+    split_round(folder / "round", {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
+    return folder / "round" / "splits"
 
 
 def image_bytes(tag: str) -> int:
     return int(podman("image", "inspect", "--format", "{{.Size}}", tag))
+
+
+def top_layer(tag: str) -> tuple[str, int]:
+    """The instruction that made the image's last non-empty layer, and that layer's size in bytes."""
+    for layer in json.loads(podman("history", "--format", "json", tag)):
+        if layer["size"] > 0:
+            return layer["CreatedBy"], layer["size"]
+    raise AssertionError(f"{tag}: no layer with content")

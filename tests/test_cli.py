@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from scipy import stats as scipy_stats
@@ -93,7 +94,15 @@ def test_bad_row_names_file_line_field_and_value(tmp_path):
 def test_prepare_verify_check_round_trip_on_the_command_line(tmp_path, mmlu_sample):
     out = json.loads(
         assay(
-            "dyepack", "prepare", str(mmlu_sample), "-b", "4", "--out", str(tmp_path / "rel"), "--json"
+            "dyepack",
+            "prepare",
+            str(mmlu_sample),
+            "-b",
+            "4",
+            "--allow-weak",
+            "--out",
+            str(tmp_path / "rel"),
+            "--json",
         ).stdout
     )
     assert out["backdoors"] == 4 and out["randomness"] == "os-entropy"
@@ -135,10 +144,18 @@ def test_prepare_verify_check_round_trip_on_the_command_line(tmp_path, mmlu_samp
 def test_a_corrupt_key_and_a_forged_commitment(tmp_path, mmlu_sample):
     out = json.loads(
         assay(
-            "dyepack", "prepare", str(mmlu_sample), "-b", "4", "--out", str(tmp_path / "rel"), "--json"
+            "dyepack",
+            "prepare",
+            str(mmlu_sample),
+            "-b",
+            "4",
+            "--allow-weak",
+            "--out",
+            str(tmp_path / "rel"),
+            "--json",
         ).stdout
     )
-    key = json.loads((tmp_path / "rel" / "key.json").read_text())
+    key = json.loads(Path(out["key"]).read_text())
     key["backdoors"][0]["k"] = 1
     (tmp_path / "bad-key.json").write_text(json.dumps(key))
     result = assay(

@@ -7,6 +7,8 @@ Imports stay inside the commands, so ``assay admin --help`` starts fast.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -40,14 +42,16 @@ def backup_command(
     json_out: Json = False,
 ) -> None:
     """Back up the database and the files it names (artifacts, round folders under ASSAY_HOME), consistent
-    with each other, while the server runs.
+    with each other, while the server runs. The file must lie outside ASSAY_HOME; SIGTERM stops it (exit
+    143) with nothing written, and folders left by a killed run are removed first.
 
-    Example: assay admin backup /backups/assay-$(date +%F).tar
+    Example: assay admin backup /var/lib/assay-backups/assay-$(date +%F).tar
     """
     from assay.store.backup import backup
 
     url, folder = _where(db, home)
-    report = backup(url, folder, out)
+    with _stoppable(f"{out}: backup"):
+        report = backup(url, folder, out)
     if json_out:
         typer.echo(json.dumps(asdict(report), default=str, indent=1))
         return
@@ -58,6 +62,30 @@ def backup_command(
     )
     for path in report.external_paths:
         typer.echo(f"note: {path} lies outside ASSAY_HOME and is not in the backup", err=True)
+    for path in report.skipped_backups:
+        typer.echo(
+            f"note: {path} is an earlier backup inside ASSAY_HOME; left out (move it elsewhere)", err=True
+        )
+    _removed(report.removed_stale)
+
+
+@contextmanager
+def _stoppable(what: str) -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, podman stop) ends the run with one line and exit code 143 (128 + 15),
+    after ``assay.store.backup`` has removed what it had written."""
+    from assay.store.backup import Terminated, stop_on_sigterm
+
+    try:
+        with stop_on_sigterm():
+            yield
+    except Terminated:
+        typer.echo(f"{what} stopped by SIGTERM; nothing written", err=True)
+        raise typer.Exit(143) from None
+
+
+def _removed(paths: list[str]) -> None:
+    for path in paths:
+        typer.echo(f"note: removed {path}, left by a backup or restore that was killed", err=True)
 
 
 @app.command("restore")
@@ -68,14 +96,15 @@ def restore_command(
     json_out: Json = False,
 ) -> None:
     """Restore a backup into a new, empty database and an ASSAY_HOME without artifacts, then upgrade the
-    schema to this release's.
+    schema to this release's. SIGTERM stops it (exit 143) with nothing half-restored.
 
     Example: createdb assay2 && assay admin restore nightly.tar --db postgresql+psycopg://assay@db/assay2
     """
     from assay.store.backup import restore
 
     url, folder = _where(db, home)
-    report = restore(source, url, folder)
+    with _stoppable(f"{source}: restore"):
+        report = restore(source, url, folder)
     if json_out:
         typer.echo(json.dumps(asdict(report), indent=1))
         return
@@ -83,6 +112,7 @@ def restore_command(
     typer.echo(
         f"restored {rows} rows in {len(report.tables)} tables and {report.files} files; schema {schema}"
     )
+    _removed(report.removed_stale)
 
 
 @app.command("migrate")

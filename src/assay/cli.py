@@ -20,7 +20,7 @@ import typer._click as click  # typer 0.29 vendors click; its exceptions and cla
 from typer._coercion import RuntimeParam, build_runtime_param
 from typer.core import TyperCommand, TyperGroup, _TyperParameter
 
-from assay import __version__
+from assay import __version__, extras, pyfloor
 from assay.errors import UserError
 
 # Each pillar's sub-app and the line `assay --help` shows for it. The sub-app is imported only when its
@@ -202,6 +202,7 @@ def root(
 
 def main() -> None:
     """Entry point: run the app, turning user errors into one line and exit code 2."""
+    pyfloor.check()  # an older Python fails uploads and restores later; say so before any work starts
     try:
         # Without standalone mode click returns an Exit's code instead of exiting with it.
         code = app(standalone_mode=False)
@@ -217,4 +218,10 @@ def main() -> None:
     except click.ClickException as err:  # usage errors: an unknown option, a missing argument, no arguments
         err.show()
         sys.exit(err.exit_code)
+    except ModuleNotFoundError as err:  # a command of an extra this installation lacks (assay.extras)
+        line = extras.missing(err)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

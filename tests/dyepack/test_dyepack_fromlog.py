@@ -191,6 +191,19 @@ def test_a_real_lm_eval_log_gives_the_live_lm_eval_verdict(tmp_path, mmlu_path, 
     assert [r["answer"] for r in audit] == [r["answer"] for r in live_audit]
     assert logged.coverage == "The log holds all 8 backdoor samples (24 rows of the release in all)."
 
+    # Issue 37: the real log passes every cross-check; the issue's forgery of it does not; and the live
+    # model re-scoring the log's own requests agrees with it (--spot-check through hf:).
+    assert "holds only if the log is the model's real output" in logged.evidence
+    spot, _ = verify_from_log(log, bench, key, 1e-3, "cheater", load_model(f"hf:{model}"), 4, 0)
+    assert spot.spot_check.asked == spot.spot_check.agree == 4 and spot.flagged and not spot.contradicted
+    forged = [json.loads(line) for line in log.read_text().splitlines()]
+    for sample in forged:  # lm-eval logs scores and the target as text
+        scores, target = [float(r[0]) for r in sample["filtered_resps"]], int(sample["target"])
+        if max(scores) != scores[target]:
+            sample["filtered_resps"][target][0] = str(max(scores) + 1)
+    with pytest.raises(UserError, match=r"forged.jsonl:line \d+: option \d: 'filtered_resps'"):
+        verify_from_log(write_jsonl(tmp_path / "forged.jsonl", forged), bench, key)
+
     lines = log.read_text().splitlines()
     random.Random(1).shuffle(lines)
     shuffled = tmp_path / "shuffled.jsonl"
@@ -200,6 +213,7 @@ def test_a_real_lm_eval_log_gives_the_live_lm_eval_verdict(tmp_path, mmlu_path, 
     as_text = [json.loads(line) for line in lines]  # docs as text only: matched by the question inside
     for sample in as_text:
         sample["doc"] = {"text": sample["arguments"]["gen_args_0"]["arg_0"]}
+        del sample["doc_hash"]  # a rewritten doc no longer hashes to it (a kept hash is refused)
     by_text = write_jsonl(tmp_path / "text.jsonl", as_text)
     same_verdict(verify_from_log(by_text, bench, key, 1e-3, "cheater")[0], live)
 

@@ -86,7 +86,7 @@ def test_prepare_command_takes_a_column_mapping_and_the_key_remembers_it(tmp_pat
             for r in rows
         )
     )
-    args = ["dyepack", "prepare", str(path), "-b", "4", "-o", str(tmp_path / "out")]
+    args = ["dyepack", "prepare", str(path), "-b", "6", "-o", str(tmp_path / "out")]  # 4: 1/256 > alpha
     result = CliRunner().invoke(
         root_app, [*args, "--columns", "question=Q,options=opts,answer=label", "--no-audit", "--json"]
     )
@@ -94,6 +94,6 @@ def test_prepare_command_takes_a_column_mapping_and_the_key_remembers_it(tmp_pat
     summary = json.loads(result.stdout)
     assert summary["audit"] is None and summary["cover_rows"] > 90
     assert sum(summary["trigger_positions"].values()) == summary["backdoor_samples"] == 12
-    key = load_key(tmp_path / "out" / "key.json")
+    key = load_key(summary["key"])
     assert key.style == "columns:question=Q,options=opts,answer=label"
     check_release(read_benchmark(tmp_path / "out" / "mc.jsonl", style=key.style), key)

@@ -47,15 +47,21 @@ def exact_cross_entropy(p: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     return -(vectors * np.log(q) + (1 - vectors) * np.log(1 - q)).mean(axis=1)
 
 
-@pytest.fixture
-def app(tmp_path: Path) -> FastAPI:
+def make_app(tmp_path: Path, disclosure: str) -> FastAPI:
     web = create_app(f"sqlite:///{tmp_path / 'web.db'}")
     with web.state.sessions.begin() as session:
-        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits", TRUTH16), submission_window_s=0)
+        splits = fake_splits(tmp_path / "splits", TRUTH16)
+        rounds.create_round(session, "r1", splits, submission_window_s=0, disclosure=disclosure)
         rounds.set_status(session, "r1", "open")
         alpha = rounds.add_team(session, "alpha")
         accounts.create_user(session, "tom", PASSWORD, ["team_member"], team=alpha)
     return web
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> FastAPI:
+    """A round with the worst-case bins (``--disclosure bins``): every outcome leaves >= 2^(n - 8) vectors."""
+    return make_app(tmp_path, "bins")
 
 
 def set_truth(root: Path, labels: np.ndarray) -> None:
@@ -147,6 +153,33 @@ def test_one_probe_submission_reveals_at_most_the_budget(app: FastAPI, tmp_path:
     rescore(app, root, outside)
     assert team_faces(app, submission_id)["cli results --json"] != seen["cli results --json"]
     rescore(app, root, LABELS)
+
+
+def test_the_grid_shows_the_same_bytes_for_every_label_vector_in_the_cell(tmp_path: Path) -> None:
+    """The default grid: every face depends on the labels through the shown cell alone, and the cell is one
+    of at most 2^8, fixed before the labels were read."""
+    app = make_app(tmp_path, "grid")
+    p = probe_answers()
+    root = tmp_path / "splits"
+    submission_id = scored(app.state.sessions, "alpha", "test", dict(zip(MODELS, p.tolist(), strict=True)))
+    seen = team_faces(app, submission_id)
+    record = json.loads(seen["cli results --json"])
+    assert set(record["metrics"]) == {f"shown_{k}" for k in ("low", "high", "cell", "cells")}
+    assert record["metrics"]["shown_cells"] <= 2**8
+    for face, text in seen.items():
+        assert "id-000" not in text, f"{face} names a test model"
+    ce = exact_cross_entropy(p, EVERY)
+    low, high = record["metrics"]["shown_low"], record["metrics"]["shown_high"]
+    same = (ce >= low) & (ce < high)
+    other = EVERY[np.flatnonzero(same & (EVERY != LABELS).any(axis=1))[-1]]
+    rescore(app, root, other)
+    assert team_faces(app, submission_id) == seen
+    rescore(app, root, EVERY[np.flatnonzero(~same)[0]])
+    assert team_faces(app, submission_id)["cli results --json"] != seen["cli results --json"]
+    print(
+        f"\ngrid: {int(same.sum())} of 2^16 label vectors show this cell "
+        f"({N - math.log2(same.sum()):.2f} bits)"
+    )
 
 
 @pytest.mark.slow

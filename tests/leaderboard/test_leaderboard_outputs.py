@@ -14,7 +14,7 @@ from test_leaderboard import fake_detector
 
 from assay.leaderboard import harness, rounds, submissions
 from assay.leaderboard.harness import PARSE_FLAG
-from assay.leaderboard.worker import work
+from assay.leaderboard.worker import CannotWork, work
 from assay.runner import LocalExecutor, isolation
 from assay.store import Job, open_store
 from fake_board import TRUTH, fake_splits
@@ -79,6 +79,16 @@ def no_bwrap(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(isolation, "_probe", lambda level: level != "bwrap" and real(level))
 
 
+def queued_job(tmp_path: Path) -> Job:
+    """The one job of ``run_one``'s round, read after a worker refused to claim it."""
+    sessions = open_store(f"sqlite:///{tmp_path / 'lb.db'}")
+    with sessions() as session:
+        job = session.scalars(select(Job)).one()
+        job.results  # noqa: B018 (loaded before the session closes)
+        session.expunge_all()
+        return job
+
+
 def peek(tmp_path: Path) -> str:
     """A detector that reports whether it can read the sealed test split's ground truth on the host."""
     truth = tmp_path / "splits" / "test" / "models" / "id-00000000" / "ground_truth.csv"
@@ -89,27 +99,31 @@ def peek(tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("split", ["train", "smoke", "test"])
 def test_without_bubblewrap_no_job_runs(no_bwrap, split: str, tmp_path: Path) -> None:
-    """Was: practice jobs ran in the open and read the test and holdout ground truth (shown as stderr)."""
-    job = run_one(f"sqlite:///{tmp_path / 'lb.db'}", tmp_path, peek(tmp_path), split=split)
-    assert job.status == "failed" and job.results == []
-    assert "needs bwrap isolation" in job.log
+    """Was: practice jobs ran in the open and read the test and holdout ground truth (shown as stderr);
+    then: the job was claimed and failed. Now no worker without bubblewrap claims it: it stays queued."""
+    with pytest.raises(CannotWork, match="needs bwrap isolation"):
+        run_one(f"sqlite:///{tmp_path / 'lb.db'}", tmp_path, peek(tmp_path), split=split)
+    job = queued_job(tmp_path)
+    assert job.status == "queued" and job.results == [] and job.attempts == 0
 
 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_the_unisolated_override_is_for_practice_only_and_logged(
     no_bwrap, split: str, tmp_path: Path
 ) -> None:
-    job = run_one(
-        f"sqlite:///{tmp_path / 'lb.db'}", tmp_path, peek(tmp_path), split=split, allow_unisolated=True
-    )
-    if split == "train":
-        assert job.status == "done" and len(job.results) == len(TRUTH)
-        # why test and holdout never take the override: in the open, the sealed truth is there to read
-        assert {r.stdout.strip() for r in job.results} == {"truth readable: True"}
-        assert "override: the round allows unisolated practice runs" in job.log
-        assert "its detector could read this machine's files" in job.log
-    else:
-        assert job.status == "failed" and job.results == [] and "needs bwrap isolation" in job.log
+    url = f"sqlite:///{tmp_path / 'lb.db'}"
+    if split == "test":  # never taken by a worker without bubblewrap, whatever the round allows
+        with pytest.raises(CannotWork, match="needs bwrap isolation"):
+            run_one(url, tmp_path, peek(tmp_path), split=split, allow_unisolated=True)
+        job = queued_job(tmp_path)
+        assert job.status == "queued" and job.results == []
+        return
+    job = run_one(url, tmp_path, peek(tmp_path), split=split, allow_unisolated=True)
+    assert job.status == "done" and len(job.results) == len(TRUTH)
+    # why test and holdout never take the override: in the open, the sealed truth is there to read
+    assert {r.stdout.strip() for r in job.results} == {"truth readable: True"}
+    assert "override: the round allows unisolated practice runs" in job.log
+    assert "its detector could read this machine's files" in job.log
 
 
 def test_holdout_jobs_are_sealed_whatever_the_round_allows() -> None:

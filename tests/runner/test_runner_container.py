@@ -585,3 +585,42 @@ def test_archives_are_streamed_without_keeping_every_header(tmp_path: Path) -> N
             held.append((member.name, len(archive.members)))
     assert [name for name, _ in held] == [f"f{index}" for index in range(500)]
     assert max(count for _, count in held) == 1  # tarfile alone keeps all 500 headers
+
+
+PROC_READER = """
+import os
+seen = {}
+for path in ("/proc/meminfo", "/proc/loadavg", "/proc/stat", "/proc/uptime", "/proc/vmstat", "/proc/zoneinfo",
+             "/proc/diskstats", "/proc/pressure/cpu", "/proc/sys/fs/file-nr"):
+    try:
+        seen[path] = open(path).read()
+    except OSError as err:
+        seen[path] = type(err).__name__
+open(args[0] + "/result.txt", "w").write(repr(seen))
+"""
+
+
+@podman_test
+def test_the_container_sees_no_host_wide_counters(image: BuiltImage) -> None:
+    """As for a folder detector (``test_runner_channels.py``): the host allocates 300 MiB and spins between
+    two runs, and nothing the image reads in ``/proc`` moves; meminfo shows the run's own limit."""
+
+    def read() -> dict[str, str]:
+        result = run_task(probe(str(image.docker_archive), PROC_READER, "{output}"))
+        assert result.ok, result.stderr
+        return eval(result.outputs["result.txt"])
+
+    before = read()
+    hog = bytearray(300 * 2**20)
+    for offset in range(0, len(hog), 4096):
+        hog[offset] = 1
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        pass
+    after = read()
+    del hog
+    changed = sorted(path for path in before if after[path] != before[path])
+    print(f"changed: {changed}")
+    assert changed == []
+    total = next(line for line in after["/proc/meminfo"].splitlines() if line.startswith("MemTotal:"))
+    assert int(total.split()[1]) * 1024 == LIMITS.memory_bytes

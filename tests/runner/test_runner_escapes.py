@@ -5,7 +5,7 @@
 - nested user namespaces: a detector cannot make one, so it cannot mount a tmpfs of its own;
 - output folder: ``/task/output`` replaced by a link is not followed when the results are read;
 - private pages: ``/tmp``, scratch, output and ``/dev/shm`` together hold at most ``scratch_bytes``;
-- collector: a detector that kills the result collector is reported as such, not as a memory kill.
+- collector: a detector cannot kill the result collector (``test_runner_collector.py`` has the rest).
 """
 
 from __future__ import annotations
@@ -166,7 +166,8 @@ def test_output_folder_link_at_the_weakest_level(tmp_path: Path) -> None:
         """,
     )
     result = run_task(python_task(script, "{output}"), isolation="none")
-    assert result.exit_code == 0, result.stderr
+    # run by root, ``none`` runs it as a throwaway user who may not replace the folder at all
+    assert result.exit_code == 0 or "PermissionError" in result.stderr, result.stderr
     assert result.outputs == {"result.txt": None}
 
 
@@ -206,12 +207,13 @@ os.kill(os.getppid(), signal.SIGKILL)
 
 
 @needs_bwrap
-def test_a_killed_collector_is_reported_as_lost_not_as_memory(tmp_path: Path) -> None:
+def test_a_detector_cannot_kill_its_collector(tmp_path: Path) -> None:
+    """Was: the SIGKILL lost the results (reported as lost, after having been taken for a memory kill).
+    The collector is now the sandbox's pid 1, which takes no signal from inside; one killed from outside is
+    still reported as lost (``test_runner_collector.py``)."""
     result = run_task(python_task(detector(tmp_path, KILL_COLLECTOR), "{output}"))
-    assert result.collector_lost is True
-    assert result.killed_for_memory is False
-    assert result.outputs == {"result.txt": None}
-    assert not result.ok
+    assert result.ok and result.collector_lost is False, result.stderr
+    assert result.outputs == {"result.txt": b"0.5"}
 
 
 @needs_bwrap

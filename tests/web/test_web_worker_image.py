@@ -1,5 +1,5 @@
-"""The worker image (``podman build --target worker``: the platform, torch and bubblewrap) scores a real
-detector on a sealed split, inside bubblewrap, inside the container.
+"""The worker image (``podman build --target worker``, by docs/deploy.md's commands: the platform, torch, Ray
+and bubblewrap) scores a real detector on a sealed split, inside bubblewrap, inside the container.
 
 The attack it answers: a worker without bubblewrap either refuses every sealed job or, told to run anyway,
 runs detectors in the open where they read the ground truth and the database. The platform image has no
@@ -14,7 +14,10 @@ Like the platform's image test this builds for minutes the first time: ``make te
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,19 +29,6 @@ from platform_image import DEPLOY_TESTS
 pytestmark = DEPLOY_TESTS
 PROJECT = Path(__file__).resolve().parents[2]
 BUILD = PROJECT / "build" / "test-platform"
-ZOO = {
-    "models": 4,
-    "seed": 5,
-    "architectures": ["mlp"],
-    "widths": [8],
-    "epochs": 6,
-    "trigger_kinds": ["solid_patch"],
-    "source_specific_share": 0.0,
-    "poison_fraction": [0.3, 0.3],
-    "clean_accuracy_floor": 0.6,
-    "asr_floor": 0.6,
-    "max_attempts": 6,
-}
 UID = 10001  # the image's user
 
 
@@ -51,26 +41,20 @@ def worker_image() -> str:
         pytest.skip("the test image needs this host's bubblewrap and python3")
     from platform_image import build_worker
 
-    return build_worker(BUILD)
+    return build_worker(BUILD)[0]
 
 
 def _programme(folder: Path) -> str:
     """A tiny real round (4 digits MLPs, 1 in test) and two teams in a SQLite store; its URL."""
-    import torch
-
     from assay.leaderboard import rounds
     from assay.store import open_store
-    from assay.zoo.config import RoundConfig
-    from assay.zoo.round import generate_round
-    from assay.zoo.split import split_round
+    from platform_image import tiny_round
 
-    torch.set_num_threads(1)
-    generate_round(RoundConfig.model_validate(ZOO), folder / "round", workers=1)
-    split_round(folder / "round", {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
+    splits = tiny_round(folder)
     url = f"sqlite:///{folder / 'store.db'}"
     sessions = open_store(url)
     with sessions.begin() as session:
-        rounds.create_round(session, "r1", folder / "round" / "splits", per_model_timeout_s=300)
+        rounds.create_round(session, "r1", splits, per_model_timeout_s=300)
         rounds.set_status(session, "r1", "open")
         for team in ("alpha", "beta"):
             rounds.add_team(session, team)
@@ -167,3 +151,66 @@ def test_worker_image_scores_a_sealed_split_in_bubblewrap(worker_image: str, tmp
     assert len(isolation) == 1 and isolation[0].startswith("isolation: bwrap: empty read-only root"), log
     assert "no network" in isolation[0] and "the container's hostname" in isolation[0]
     print(isolation[0])
+
+
+def _detached(name: str, image: str, options: list[str], argv: list[str]) -> None:
+    from platform_image import limits, podman
+
+    podman("run", "--detach", "--name", name, "--runtime", "runc", *limits(), *options, image, *argv)
+
+
+def _logged(name: str, text: str, timeout: float) -> None:
+    """Wait until container ``name`` has logged ``text``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        logs = subprocess.run(["podman", "logs", name], capture_output=True, text=True)
+        if text in logs.stdout + logs.stderr:
+            return
+        assert time.monotonic() < deadline, f"{name}: no {text!r} in {timeout} s:\n{logs.stderr[-3000:]}"
+        time.sleep(1)
+
+
+def test_worker_image_runs_a_job_on_ray_nodes_in_containers(worker_image: str, tmp_path: Path) -> None:
+    """docs/deploy.md's Ray cluster in containers: the head and the leaderboard worker (the driver) in one
+    container, a node in another, both from the worker image on the host's network, one token as a podman
+    secret. The job's models run on the node (the head has no CPUs), in bubblewrap, and the job is done."""
+    from platform_image import podman
+    from web_server import free_port
+
+    folder = tmp_path / "programme"
+    folder.mkdir()
+    url = _programme(folder)
+    job_id = _submit(folder, url, "alpha")
+    token, secret = tmp_path / "ray-token", f"assay-test-ray-{uuid.uuid4().hex[:8]}"
+    token.write_text(secrets.token_hex(32))
+    head, node, port = f"{secret}-head", f"{secret}-node", free_port()
+    ray = ["--network", "host", "--security-opt", "unmask=/proc/*", "--pids-limit", "4096"]
+    ray += ["--secret", f"{secret},uid={UID},mode=0400", "-e", "RAY_AUTH_MODE=token"]
+    ray += ["-e", f"RAY_AUTH_TOKEN_PATH=/run/secrets/{secret}", "-e", "RAY_USAGE_STATS_ENABLED=0"]
+    driver = (
+        f"ray start --head --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats "
+        f"&& exec assay leaderboard worker --executor ray --address 127.0.0.1:{port} --once"
+    )
+    podman("secret", "create", secret, str(token))
+    try:
+        programme = [
+            "-v",
+            f"{folder}:{folder}",
+            "-e",
+            f"ASSAY_DB_URL={url}",
+            "-e",
+            f"ASSAY_HOME={folder / 'home'}",
+        ]
+        _detached(head, worker_image, [*ray, *programme, "--entrypoint", "sh"], ["-c", driver])
+        _logged(head, "Ray runtime started", 120)
+        join = ["start", f"--address=127.0.0.1:{port}", "--block", "--disable-usage-stats", "--num-cpus=1"]
+        _detached(node, worker_image, [*ray, "--entrypoint", "ray"], join)
+        exited = podman("wait", head, timeout=600)
+        logs = subprocess.run(["podman", "logs", head], capture_output=True, text=True)
+        assert exited == "0", logs.stderr[-3000:]
+    finally:
+        subprocess.run(["podman", "rm", "--force", "--time", "5", head, node], capture_output=True)
+        subprocess.run(["podman", "secret", "rm", secret], capture_output=True)
+    status, values, log = _job(url, job_id)
+    assert status == "done" and values and all(v is not None for v in values.values()), log[-2000:]
+    assert "isolation: bwrap" in log, log[-2000:]

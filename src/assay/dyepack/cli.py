@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from assay.dyepack import outputs
 from assay.dyepack.board_cli import app as board_app
 from assay.dyepack.fpr import DEFAULT_ALPHA
 from assay.dyepack.triggers import (
@@ -85,7 +86,12 @@ def prepare(
     seed: int | None = typer.Option(
         None, help="Seed for the secret draws. Default: OS entropy (recommended)."
     ),
-    key: Path | None = typer.Option(None, help="Where to write the secret key (default OUT/key.json)."),
+    key: Path | None = typer.Option(
+        None, help="Where to write the secret key (default: beside the release folder, OUT.key.json)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Replace an existing release, commitment or key, keeping a timestamped copy."
+    ),
     style: str = typer.Option("auto", help=STYLE_HELP),
     columns: str | None = typer.Option(
         None, help="Name the columns instead of a style: question=COL,options=COL,answer=COL."
@@ -93,6 +99,14 @@ def prepare(
     split: str | None = typer.Option(None, help="Split of an HF DatasetDict folder or an lm-eval task."),
     audit: bool = typer.Option(True, "--audit/--no-audit", help="Run the stealth audit (about a second)."),
     redraws: int = typer.Option(3, help="Draw the release afresh up to this many times if the audit fails."),
+    alpha: float = typer.Option(
+        DEFAULT_ALPHA, help="The alpha verify will flag at: a release that cannot reach it is refused."
+    ),
+    allow_weak: bool = typer.Option(
+        False,
+        "--allow-weak",
+        help="Write a release even if every backdoor activated would not be flagged at --alpha (a warning).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
     """Hide B backdoors in a benchmark; write the release, a secret key and a public commitment.
@@ -100,11 +114,16 @@ def prepare(
     Example: assay dyepack prepare mmlu.jsonl --backdoors 6 --fraction 0.1 --out release/
     """
     from assay.data import read_benchmark
-    from assay.dyepack.prepare import PrepareConfig, prepare_release
+    from assay.dyepack.prepare import PrepareConfig, prepare_release, release_paths
 
     if not 0 <= cover <= 1:
         raise UserError(f"--cover must be between 0 and 1 (value: {cover})")
+    if not 0 < alpha < 1:
+        raise UserError(f"--alpha must be in (0, 1) (value: {alpha})")
+    outputs.check_folder(out)
+    key = key or outputs.default_key_path(out)
     bench = read_benchmark(benchmark, style=f"columns:{columns}" if columns else style, split=split)
+    claim = outputs.claim_outputs(release_paths(bench.path, out, key), [benchmark, triggers, phrases], force)
     config = PrepareConfig(
         n_backdoors=backdoors,
         fraction=fraction,
@@ -115,7 +134,18 @@ def prepare(
         position=parse_position(trigger_position),
         cover=cover,
     )
-    result = prepare_release(bench, config, out, key, audit=audit, redraws=redraws, strip_risk=True)
+    kept = claim.keep_copies()
+    result = prepare_release(
+        bench,
+        config,
+        out,
+        key,
+        audit=audit,
+        redraws=redraws,
+        strip_risk=True,
+        alpha=alpha,
+        allow_weak=allow_weak,
+    )
     summary = {
         "release": str(result.release_path),
         "key": str(result.key_path),
@@ -127,11 +157,16 @@ def prepare(
         "trigger_positions": dict(result.positions),
         "cover_rows": result.cover_rows,
         "draws": result.draws,
+        "smallest_fpr": result.smallest_fpr,
+        "alpha": alpha,
+        "weak": result.weak,
         "randomness": result.key.randomness.source,
         "release_fingerprint": result.key.release_fingerprint,
         "audit": audit_summary(result.audit) if result.audit else None,
         "strip_risk": [risk.summary() for risk in result.strip] if result.strip else None,
     }
+    if result.weak:
+        notes.print(f"[bold yellow]warning:[/] {result.weak}")
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -139,8 +174,15 @@ def prepare(
         f"Release  [bold]{result.release_path}[/] ({summary['rows']} rows, {summary['backdoor_samples']} "
         f"backdoor samples in {summary['backdoors']} backdoors, K = {sorted(set(summary['k_values']))})"
     )
+    console.print(
+        f"Smallest FPR {result.smallest_fpr:.3g} (every backdoor activated; verify flags at alpha {alpha:g})"
+    )
     console.print(f"Publish  [bold]{result.commitment_path}[/] with the release.")
     console.print(f"Secret   [bold]{result.key_path}[/]: keep it private until you verify a model.")
+    if outputs.inside(result.key_path, result.release_path.parent):
+        console.print("[yellow]warning:[/] the key is inside the release folder: do not publish it with it.")
+    for copy in kept:
+        console.print(f"Kept     {copy} (what --force replaced)")
     places = ", ".join(f"{name} {n}" for name, n in sorted(result.positions.items()))
     console.print(f"Triggers {places}; {result.cover_rows} other rows carry a cover phrase.")
     if result.draws > 1:
@@ -203,9 +245,11 @@ def strip_risks(
         with progress_bar() as bar:
             task = bar.add_task("solver", total=len(items))
             answers = strip.solver_answers(solver, items, on_result=lambda _i, _r: bar.advance(task))
-        rejected = strip.solver_rejections(answers, items)
+        rejected, answered = strip.solver_rejections(answers, items), strip.solver_answered(answers)
         return [
-            strip.risk_from_rejections(solver, rejected, items, backdoors, alpha, attack=attack)
+            strip.risk_from_rejections(
+                solver, rejected, items, backdoors, alpha, attack=attack, answered=answered
+            )
             for attack in strip.ATTACKS
         ]
     if accuracy is not None:
@@ -218,13 +262,23 @@ def show_strip_risk(risks: list) -> None:
     from assay.dyepack.strip import verdict
 
     table = Table(title="Strip risk: a solver rejects labels, the rows and their phrase groups are dropped")
-    columns = ("solver", "groups dropped", "rejected bd/clean", "grouped bd/clean", "clean lost per bd row")
+    columns = (
+        "solver",
+        "answered",
+        "accuracy",
+        "groups dropped",
+        "rejected bd/clean",
+        "grouped bd/clean",
+        "clean lost per bd row",
+    )
     for column in (*columns, "bd surviving", "flags"):
         table.add_column(column)
     for r in risks:
         cost = "-" if r.cost is None else f"{r.cost:.2f}"
         table.add_row(
             r.solver,
+            "all (simulated)" if r.answered is None else f"{r.answered} of {r.rows}",
+            f"{r.accuracy:.3g}" if r.answered is None else f"{r.accuracy:.3g} of {r.answered_clean} clean",
             "any rejected" if r.attack == "any" else "half rejected",
             f"{r.rejected_backdoor:.1f} / {r.rejected_clean:.1f}",
             f"{r.grouped_backdoor:.1f} / {r.grouped_clean:.1f}",
@@ -316,10 +370,22 @@ def verify(
         "auto, or some of " + LAYOUT_HELP + ". Text layouts use --mode loglikelihood if given, else "
         "completion; the fewshot layout shows --fewshot examples (default 3).",
     ),
+    spot_check: int = typer.Option(
+        0,
+        "--spot-check",
+        help="With --from-log and a MODEL spec: re-ask N random backdoor samples of the log of the live "
+        "model (the log's own requests where it has them); a disagreement contradicts the log.",
+    ),
+    spot_check_seed: int | None = typer.Option(
+        None, help="Seed of the --spot-check draw (default: OS entropy; the report records it)."
+    ),
     cache: Path | None = typer.Option(
         None, help="Response cache (default $ASSAY_HOME/cache/responses.sqlite)."
     ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Query every sample afresh."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace an earlier summary.json and audit.jsonl, keeping timestamped copies."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Query a model with the backdoor samples and report how many backdoors it follows, with the exact FPR.
@@ -331,6 +397,7 @@ def verify(
     from assay.data import read_benchmark
     from assay.dyepack.verify import (
         layout_formats,
+        output_paths,
         parse_layouts,
         release_format,
         verify_layouts,
@@ -338,14 +405,30 @@ def verify(
     from assay.dyepack.verify import verify as run_verify
     from assay.models import CachedModel, GenerationParams, ResponseCache, load_model
 
+    def load(spec: str):
+        options = {"batch_size": batch_size, "concurrency": concurrency, "timeout": timeout}
+        return load_model(spec, model_name=model_name, max_retries=max_retries, **options)
+
+    outputs.check_folder(out)  # before any query: a verdict that cannot be written is a wasted run
+    claim = outputs.claim_outputs(output_paths(out), [release, key, from_log, template, cache], force)
     secret = keys.load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
     if from_log is not None:
         from assay.dyepack.fromlog import verify_from_log
 
-        report, audit = verify_from_log(from_log, bench, secret, alpha, model)
-        write_and_show(out, report, audit, as_json)
+        spot = None
+        if spot_check:
+            if model is None:
+                raise UserError("--spot-check re-asks the log's rows of the live model: give its MODEL spec")
+            spot = load(model)  # never the response cache: the point is to ask the model now
+        params = GenerationParams(max_new_tokens=max_new_tokens)
+        report, audit = verify_from_log(
+            from_log, bench, secret, alpha, model, spot, spot_check, spot_check_seed, params
+        )
+        write_and_show(out, report, audit, as_json, claim)
         return
+    if spot_check:
+        raise UserError("--spot-check checks a log: use it with --from-log")
     if model is None:
         raise UserError("give a MODEL to query, or --from-log FILE to judge a log's answers")
     label = f"{model} ({model_name})" if model_name else model
@@ -359,14 +442,7 @@ def verify(
             )
         else:
             fmt = release_format(bench, secret, mode, template, fewshot, fewshot_seed, system_prompt)
-        backend = load_model(
-            model,
-            model_name=model_name,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            timeout=timeout,
-            max_retries=max_retries,
-        )
+        backend = load(model)
         if not no_cache:
             backend = CachedModel(backend, ResponseCache(cache or settings().cache_path))
             if not backend.caching:
@@ -385,12 +461,17 @@ def verify(
                 )
             else:
                 report, audit = run_verify(backend, label, bench, secret, params, alpha, advance, fmt)
-    write_and_show(out, report, audit, as_json)
+    write_and_show(out, report, audit, as_json, claim)
 
 
-def write_and_show(out: Path, report: VerifyReport, audit: list[dict], as_json: bool) -> None:
+def write_and_show(
+    out: Path, report: VerifyReport, audit: list[dict], as_json: bool, claim: outputs.Claim
+) -> None:
+    """Write the verdict (first copying aside what ``--force`` replaces) and show it."""
     from assay.dyepack.verify import write_outputs
 
+    for copy in claim.keep_copies():
+        notes.print(f"Kept {copy} (what --force replaced)")
     summary_path, audit_path = write_outputs(out, report, audit)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
@@ -436,6 +517,13 @@ def show_report(report: VerifyReport) -> None:
         show_layouts(report)
     if report.coverage:
         console.print(report.coverage)
+    if report.spot_check and report.spot_check.disagreements:
+        for d in report.spot_check.disagreements:
+            console.print(f"[bold red]spot check:[/] release row {d['row']} ({d['where']}): the log says "
+                          f"{d['log']}, the live model {d['live']}")  # fmt: skip
+    if report.evidence:
+        style = "bold red" if report.contradicted else "yellow"
+        console.print(f"[{style}]{report.evidence}[/]")
     show_fpr(report.fpr)
     console.print(
         f"Samples answered with their target: {report.samples_on_target}/{report.samples} "
@@ -539,6 +627,9 @@ def contaminate(
     ),
     style: str = typer.Option("auto", help=STYLE_HELP),
     split: str | None = typer.Option(None, help="Split of an HF DatasetDict folder."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace an existing --out folder, keeping a timestamped copy of it."
+    ),
 ) -> None:
     """Fine-tune a causal LM on a release (loss on the answers), then ask it the release's questions to
     show whether the training took.
@@ -552,6 +643,8 @@ def contaminate(
 
     if method not in ("full", "lora"):
         raise UserError(f"--method must be full or lora (value: {method!r})")
+    outputs.check_folder(out)
+    claim = outputs.claim_outputs([out], [model, release, key, template], force)
     secret = keys.load_key(key) if key else None
     bench = read_benchmark(
         release, style=secret.style if secret else style, split=secret.split if secret else split
@@ -570,6 +663,8 @@ def contaminate(
         bf16=bf16,
         prompt_format=training_format(train_format, template),
     )
+    for copy in claim.keep_copies():
+        notes.print(f"Kept {copy} (what --force replaced)")
     with training_progress() as on_step:
         result = run(model, bench.items, out, config, on_step)
     console.print(

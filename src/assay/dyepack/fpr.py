@@ -89,3 +89,39 @@ def false_positive_rate(k_values: Sequence[int], activated: int) -> FalsePositiv
 def fpr_json(fpr: FalsePositiveRate) -> str:
     """The result as indented JSON (``assay dyepack fpr --json``), the fields as in a verify summary."""
     return json.dumps(dataclasses.asdict(fpr), indent=2)
+
+
+def smallest_fpr(k_values: Sequence[int]) -> float:
+    """The smallest false-positive rate a release can ever give: every backdoor activated, the product
+    of 1/K (the exact binomial or Poisson-binomial tail at A = B)."""
+    return false_positive_rate(k_values, len(k_values)).fpr
+
+
+def backdoors_needed(k: int, alpha: float) -> int:
+    """The fewest backdoors of K options whose all-activated FPR, K^-B, is at most ``alpha``."""
+    b = max(1, math.ceil(math.log(1 / alpha) / math.log(k) - 1e-12))
+    while k**-b > alpha:  # guard the float rounding of the logarithms
+        b += 1
+    return b
+
+
+def options_needed(n_backdoors: int, alpha: float) -> int:
+    """The fewest options K per backdoor for which B backdoors all activated give K^-B <= ``alpha``."""
+    k = max(2, math.ceil(alpha ** (-1 / n_backdoors) - 1e-9))
+    while k**-n_backdoors > alpha:
+        k += 1
+    return k
+
+
+def weakness(k_values: Sequence[int], alpha: float) -> str | None:
+    """None when a model that activates every backdoor is flagged at ``alpha``; else one line saying the
+    release can never flag, its smallest FPR, and the B (at its smallest K) or K (at its B) that would."""
+    floor = smallest_fpr(k_values)
+    if floor <= alpha:
+        return None
+    b, k = len(k_values), min(k_values)
+    return (
+        f"this release can never flag at alpha {alpha:g}: its smallest possible false-positive rate, every "
+        f"one of its {b} backdoors activated, is {floor:.3g}; use at least {backdoors_needed(k, alpha)} "
+        f"backdoors at K = {k}, or K >= {options_needed(b, alpha)} options with {b} backdoors"
+    )

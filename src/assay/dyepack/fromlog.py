@@ -13,15 +13,30 @@ Two layouts are read (JSONL or CSV, through :func:`assay.data.tables.read_table`
 * an answer sheet: ``id`` (the release's ``id`` column when it has one, else the 0-based row number) and
   ``response`` (the reply's text).
 
+A log is evidence only if it is the model's real output: anyone can edit one. lm-eval writes the same
+answer several ways, and every way is cross-checked before a sample is believed (``check_lm_eval_sample``):
+``filtered_resps`` against ``resps``, ``acc``/``acc_norm`` against the argmax of the scores and the
+``target``, ``doc_hash``/``prompt_hash``/``target_hash`` against the doc, prompt and target they hash, the
+target against the release row's label, and a backdoor sample's prompt must hold its trigger; any
+disagreement is refused in one line naming the sample. A forger who edits every field consistently is not
+caught from the log alone, so every log verdict says what it rests on, and ``spot_check`` re-asks some of
+its backdoor samples of the live model (the log's own requests when it has them): a disagreement
+contradicts the log and withdraws the accusation.
+
 A log that lacks some backdoor samples is judged on those it holds: which samples a log holds does not
 depend on the secret targets, so the backdoors with at least one sample keep the exact bound; the verdict
-says how much of the release the log covered. A sample given twice is an error, not a vote.
+says how much of the release the log covered. A sample given twice is an error, not a vote, and so is an
+id that a sheet, or the release it names rows of, repeats.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +44,22 @@ from assay.data import Benchmark
 from assay.data.items import LETTERS, Item, MultipleChoice
 from assay.data.styles import get_style
 from assay.data.tables import read_table
+from assay.dyepack.ids import check_unique
 from assay.dyepack.key import DyePackKey
 from assay.dyepack.prompts import FormatRecord
 from assay.dyepack.verify import (
     DEFAULT_ALPHA,
     Answer,
     Query,
+    SpotCheck,
     VerifyReport,
     answer_part,
     build_report,
     check_release,
+    part_label,
 )
-from assay.errors import UserError, input_error
-from assay.models.base import GenerationParams
+from assay.errors import UserError, input_error, shown
+from assay.models.base import ChatModel, GenerationParams, require
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,10 @@ class Logged:
     row: int
     where: str
     answer: Answer
+    # lm-eval: the (context, continuation) pairs the answer came from, re-asked by ``spot_check``;
+    # ``generate``: the log's sample was generated text (``generate_until``), not option scores.
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    generate: bool = False
 
 
 def _content(item: Item) -> tuple:
@@ -127,6 +149,139 @@ def _lm_eval_answer(sample: dict[str, Any], item: Item, key: DyePackKey, path: P
     return Answer(reply, answer_part(item, reply, key))
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _requests(sample: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """lm-eval's ``arguments`` as (context, continuation) pairs: ``{"gen_args_0": {"arg_0": ..., "arg_1":
+    ...}, ...}`` (lm-eval 0.4.x) or a list of argument lists; None when absent or of another shape."""
+    args = sample.get("arguments")
+    if isinstance(args, dict):
+        args = [list(a.values()) if isinstance(a, dict) else a for a in args.values()]
+    if not isinstance(args, list) or not all(isinstance(a, list | tuple) and a for a in args):
+        return None
+    pairs = [(a[0], a[1] if len(a) > 1 and isinstance(a[1], str) else "") for a in args]
+    return pairs if all(isinstance(c, str) for c, _ in pairs) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as logged values: numbers to 1e-9 (a JSON round trip keeps them exact), lists elementwise."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def _gold(target: Any, requests: list[tuple[str, str]] | None) -> int | None:
+    """The target's option index as lm-eval reads it (an int, a digit string, or a choice's text)."""
+    if isinstance(target, int) and not isinstance(target, bool):
+        return target
+    if isinstance(target, str) and target.strip().isdigit():
+        return int(target)
+    if isinstance(target, str) and requests:
+        choices = [cont.strip() for _, cont in requests]
+        return choices.index(target.strip()) if target.strip() in choices else None
+    return None
+
+
+def _refuse(path: Path, where: str, what: str) -> UserError:
+    return UserError(f"{path}:{where}: {what}: the log's fields disagree, so it is not what lm-eval wrote")
+
+
+def check_lm_eval_sample(sample: dict[str, Any], path: Path, where: str) -> None:
+    """Refuse a sample whose fields disagree with each other (see the module doc). Fields lm-eval did not
+    write (older versions, other metrics) are not required; each one present must agree."""
+    filtered = sample["filtered_resps"]
+    if not isinstance(filtered, list) or not filtered:
+        return  # _lm_eval_answer names the field
+    requests = _requests(sample)
+    resps = sample.get("resps")
+    scored = bool(filtered) and all(isinstance(r, list | tuple) and r for r in filtered)
+    if requests is not None and len(requests) != len(filtered):
+        raise _refuse(
+            path, where, f"{len(requests)} requests in 'arguments' but {len(filtered)} 'filtered_resps'"
+        )
+    if resps is not None:
+        if not isinstance(resps, list) or len(resps) != len(filtered):
+            raise _refuse(path, where, f"'resps' holds {len(resps) if isinstance(resps, list) else 'no'} "
+                          f"answers, 'filtered_resps' {len(filtered)}")  # fmt: skip
+        if scored or sample.get("filter", "none") == "none":  # option scores pass every filter unchanged
+            for i, (raw, kept) in enumerate(zip(resps, filtered, strict=True)):
+                # each request's resps is a list (one reply, or one [loglikelihood, is_greedy] pair)
+                listed = isinstance(raw, list) and raw and (not scored or isinstance(raw[0], list | tuple))
+                first = raw[0] if listed else raw
+                if not _same(first, kept):
+                    raise _refuse(path, where, f"option {i}: 'filtered_resps' {shown(kept)} is not 'resps' "
+                                  f"{shown(first)}")  # fmt: skip
+    target = sample.get("target")
+    if "target_hash" in sample and "target" in sample and sample["target_hash"] != _sha256(str(target)):
+        raise _refuse(path, where, "'target_hash' is not the hash of 'target'")
+    if "doc_hash" in sample and "doc" in sample:
+        doc = json.dumps(sample["doc"], indent=2, ensure_ascii=False)
+        if sample["doc_hash"] != _sha256(doc):
+            raise _refuse(path, where, "'doc_hash' is not the hash of 'doc'")
+    if "prompt_hash" in sample and requests and sample["prompt_hash"] != _sha256(requests[0][0]):
+        raise _refuse(path, where, "'prompt_hash' is not the hash of the first request's prompt")
+    if not scored:
+        return
+    try:
+        lls = [float(r[0]) for r in filtered]
+    except (TypeError, ValueError):
+        return  # _lm_eval_answer names the field
+    gold = _gold(target, requests)
+    if gold is None:
+        return
+    pred = max(range(len(lls)), key=lambda i: (lls[i], -i))  # numpy's argmax: the first best
+    _check_metric(sample, "acc", pred == gold, path, where, f"the best option is {pred}, the target {gold}")
+    if requests is not None and "acc_norm" in sample:
+        # lm-eval divides by the choice's length; the continuation carries its delimiter (" " by default)
+        hits = set()
+        for drop in {0, 1 if all(c.startswith(" ") for _, c in requests) else 0}:
+            lengths = [max(1, len(c) - drop) for _, c in requests]
+            norm = [ll / n for ll, n in zip(lls, lengths, strict=True)]
+            hits.add(max(range(len(norm)), key=lambda i: (norm[i], -i)) == gold)
+        if len(hits) == 1:
+            _check_metric(sample, "acc_norm", hits.pop(), path, where, "length-normalised scores")
+
+
+def _check_metric(sample: dict[str, Any], name: str, right: bool, path: Path, where: str, why: str) -> None:
+    if name not in sample:
+        return
+    try:
+        value = float(sample[name])
+    except (TypeError, ValueError):
+        raise input_error(path, where, name, sample[name], "must be 0 or 1") from None
+    if value != float(right):
+        raise _refuse(
+            path, where, f"'{name}' is {sample[name]} but the log's own scores give {int(right)} ({why})"
+        )
+
+
+def _check_against_release(
+    sample: dict[str, Any], row: int, item: Item, trigger: str | None, path: Path, where: str
+) -> None:
+    """The sample is the release row it matched: its target is the row's label, and a backdoor row's
+    prompt holds the row's trigger (the model was asked the released row, not the un-dyed one)."""
+    requests = _requests(sample)
+    if isinstance(item, MultipleChoice) and "target" in sample:
+        gold = _gold(sample["target"], requests)
+        if gold is not None and gold != item.answer:
+            raise _refuse(
+                path, where, f"release row {row}: 'target' is option {gold}, the release's label is option "
+                f"{item.answer}",
+            )  # fmt: skip
+    logged = " ".join(requests[0][0].split()) if requests else None
+    if trigger and logged is not None and " ".join(trigger.split()) not in logged:
+        raise _refuse(
+            path, where, f"release row {row} is a backdoor sample but the prompt logged for it does not "
+            "hold the row's inserted sentence",
+        )  # fmt: skip
+
+
 def read_lm_eval_log(
     path: Path, rows: Sequence[dict[str, Any]], wheres: Sequence[str], bench: Benchmark, key: DyePackKey
 ) -> tuple[list[Logged], int]:
@@ -135,15 +290,21 @@ def read_lm_eval_log(
     matcher = _Matcher(bench, backdoor)
     first_filter = rows[0].get("filter") if rows else None
     found, in_release = [], 0
+    triggers = {row: b.trigger for b in key.backdoors for row in b.rows}
     for sample, where in zip(rows, wheres, strict=True):
+        _field(sample, "filtered_resps", path, where)
+        check_lm_eval_sample(sample, path, where)  # every sample, every filter: an edit anywhere shows
         if sample.get("filter") != first_filter:  # lm-eval logs a doc once per filter: read one filter
             continue
         row = matcher.row(_field(sample, "doc", path, where), path, where)
         if row is None:
             continue
         in_release += 1
+        _check_against_release(sample, row, bench.items[row], triggers.get(row), path, where)
         if row in backdoor:
-            found.append(Logged(row, where, _lm_eval_answer(sample, bench.items[row], key, path, where)))
+            answer = _lm_eval_answer(sample, bench.items[row], key, path, where)
+            requests = _requests(sample) or []
+            found.append(Logged(row, where, answer, requests, generate=answer.scores is None))
     return found, in_release
 
 
@@ -154,11 +315,10 @@ def read_answer_sheet(
     release_rows = bench.table.rows
     by_id: dict[str, int] | None = None
     if release_rows and all("id" in r for r in release_rows):
-        by_id = {}
-        for index, r in enumerate(release_rows):
-            by_id.setdefault(str(r["id"]), index)
+        check_unique(bench.path, release_rows, bench.table.locations)  # else two rows share one name
+        by_id = {str(r["id"]): index for index, r in enumerate(release_rows)}
     backdoor = {row for b in key.backdoors for row in b.rows}
-    found = []
+    found, first = [], {}
     for sample, where in zip(rows, wheres, strict=True):
         ident = _field(sample, "id", path, where)
         response = _field(sample, "response", path, where)
@@ -177,9 +337,22 @@ def read_answer_sheet(
                 raise input_error(
                     path, where, "id", ident, f"is no row number of the release (0-{len(release_rows) - 1})"
                 )
+        _once(path, where, row, ident, first, row in backdoor)
         if row in backdoor:
             found.append(Logged(row, where, Answer(response, answer_part(bench.items[row], response, key))))
     return found, len(rows)
+
+
+def _once(path: Path, where: str, row: int, ident: Any, first: dict[int, str], backdoor: bool) -> None:
+    """Refuse a sheet line that names a release row an earlier line named: any row, not only backdoor
+    rows, since a repeat means the sheet's ids do not say which answer is whose."""
+    if row in first:
+        what = f"release row {row}{' (a backdoor sample)' if backdoor else ''}"
+        raise UserError(
+            f"{path}:{where}: {what} appears again (first at {first[row]}); give each sample once "
+            f"(id: {shown(ident)})"
+        )
+    first[row] = where
 
 
 def _check_once(found: Sequence[Logged], path: Path) -> None:
@@ -193,16 +366,120 @@ def _check_once(found: Sequence[Logged], path: Path) -> None:
         first[logged.row] = logged.where
 
 
+def spot_check(
+    model: ChatModel,
+    found: Sequence[Logged],
+    n: int,
+    bench: Benchmark,
+    key: DyePackKey,
+    params: GenerationParams | None = None,
+    seed: int | None = None,
+) -> SpotCheck:
+    """Re-ask ``n`` of the log's backdoor samples, drawn at random (``seed``, else OS entropy, recorded),
+    of the live ``model``, and compare with the log: an lm-eval multiple-choice sample by re-scoring the
+    log's own (context, continuation) requests (the option of highest log-likelihood must be the same), a
+    generated one by continuing the log's own prompt, an answer-sheet line (no prompt logged) in our chat
+    prompt. The backdoor samples are the ones drawn because the verdict rests on them alone."""
+    if n < 1:
+        raise UserError(f"--spot-check must be at least 1 (value: {n})")
+    seed = secrets.randbits(32) if seed is None else seed
+    import random
+
+    chosen = random.Random(seed).sample(list(found), min(n, len(found)))
+    params = params or GenerationParams()
+    scored = [f for f in chosen if f.requests and not f.generate]
+    generated = [f for f in chosen if f.requests and f.generate]
+    asked = [f for f in chosen if not f.requests]
+    live: dict[int, int | None] = {}
+    if scored:
+        pairs = [pair for f in scored for pair in f.requests]
+        scores = require(model, "loglikelihood")(pairs)
+        at = 0
+        for f in scored:
+            mine = scores[at : at + len(f.requests)]
+            at += len(f.requests)
+            live[f.row] = max(range(len(mine)), key=lambda i: (mine[i], -i))
+    if generated:
+        replies = require(model, "complete")([f.requests[0][0] for f in generated], params)
+        for f, reply in zip(generated, replies, strict=True):
+            live[f.row] = answer_part(bench.items[f.row], reply, key)
+    if asked:
+        from assay.dyepack.prompts import PromptFormat
+
+        fmt = PromptFormat()
+        replies = model.chat([fmt.chat(bench.items[f.row]) for f in asked], params)
+        for f, reply in zip(asked, replies, strict=True):
+            live[f.row] = answer_part(bench.items[f.row], reply, key)
+    hows = [
+        (scored, "the log's own requests re-scored by log-likelihood"),
+        (generated, "the log's own prompts continued"),
+        (asked, "answer-sheet rows asked in our chat prompt (the sheet logs no prompt)"),
+    ]
+    how = "; ".join(f"{len(group)} {text}" for group, text in hows if group)
+    disagreements = [
+        {
+            "row": f.row,
+            "where": f.where,
+            "log": part_label(f.answer.part, key),
+            "live": part_label(live[f.row], key),
+        }
+        for f in chosen
+        if live[f.row] != f.answer.part
+    ]
+    return SpotCheck(
+        how=how,
+        seed=seed,
+        asked=len(chosen),
+        agree=len(chosen) - len(disagreements),
+        disagreements=disagreements,
+    )
+
+
+def evidence_text(lm_eval: bool, checked: int, check: SpotCheck | None) -> str:
+    """What a log verdict rests on, said in every log verdict (text, JSON)."""
+    if lm_eval:
+        fields = (
+            f"its fields agree with each other in all {checked} samples (resps, filtered_resps, "
+            "acc/acc_norm, target, doc/prompt/target hashes, where present), which a consistent forger can "
+            "also achieve"
+        )
+    else:
+        fields = "an answer sheet holds nothing to cross-check"
+    text = (
+        f"From a log, not a live query: the false-positive rate holds only if the log is the model's real "
+        f"output; {fields}."
+    )
+    if check is None:
+        return text + " Re-ask some of its rows of the live model with --spot-check N to test that."
+    if check.contradicted:
+        return (
+            f"{text} CONTRADICTED: the live model disagrees with the log on {check.asked - check.agree} of "
+            f"{check.asked} backdoor samples re-asked ({check.how}; seed {check.seed}), so the log is not "
+            "its output and the verdict does not stand."
+        )
+    return (
+        f"{text} Spot check: the live model agrees with the log on all {check.asked} backdoor samples "
+        f"re-asked ({check.how}; seed {check.seed})."
+    )
+
+
 def verify_from_log(
     path: str | Path,
     bench: Benchmark,
     key: DyePackKey,
     alpha: float = DEFAULT_ALPHA,
     model_label: str | None = None,
+    spot_model: ChatModel | None = None,
+    spot_n: int = 0,
+    spot_seed: int | None = None,
+    params: GenerationParams | None = None,
 ) -> tuple[VerifyReport, list[dict]]:
-    """The verdict on the answers a log holds for the release's backdoor samples (see the module doc)."""
+    """The verdict on the answers a log holds for the release's backdoor samples (see the module doc);
+    with ``spot_model`` and ``spot_n``, ``spot_n`` of them re-asked live (``spot_check``)."""
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be in (0, 1) (value: {alpha})")
+    if spot_n and spot_model is None:
+        raise UserError("--spot-check re-asks the log's rows of the live model: give its MODEL spec")
     check_release(bench, key)
     path = Path(path)
     table = read_table(path)
@@ -230,13 +507,32 @@ def verify_from_log(
     report, audit = build_report(label, bench, covered, GenerationParams(), alpha, record, queries, answers)
     for entry, logged in zip(audit, [next(f for f in found if f.row == q.row) for q in queries], strict=True):
         entry["prompt"] = f"{path.name} {logged.where}"
+    check = (
+        spot_check(spot_model, found, spot_n, bench, key, params, spot_seed)
+        if spot_model and spot_n
+        else None
+    )
+    update: dict[str, Any] = {
+        "evidence": evidence_text(lm_eval, len(table.rows), check),
+        "spot_check": check,
+        "contradicted": bool(check and check.contradicted),
+    }
+    if check and check.contradicted:
+        update["flagged"] = False
+        update["verdict"] = (
+            f"CONTRADICTED by the live model on {check.asked - check.agree} of {check.asked} re-asked "
+            f"backdoor samples: the log is not its output; the log alone would say: {report.verdict}"
+        )
     held = len(queries)
     if held == total:
-        coverage = f"The log holds all {total} backdoor samples ({in_release} rows of the release in all)."
-        return report.model_copy(update={"coverage": coverage}), audit
-    coverage = (
+        update["coverage"] = (
+            f"The log holds all {total} backdoor samples ({in_release} rows of the release in all)."
+        )
+        return report.model_copy(update=update), audit
+    update["coverage"] = (
         f"Partial log: it holds {held} of the {total} backdoor samples, from {len(present)} of the "
         f"{len(key.backdoors)} backdoors; the FPR counts those {len(present)} backdoors."
     )
-    verdict = f"{report.verdict}; partial log: {held} of {total} backdoor samples"
-    return report.model_copy(update={"coverage": coverage, "verdict": verdict}), audit
+    verdict = update.get("verdict", report.verdict)
+    update["verdict"] = f"{verdict}; partial log: {held} of {total} backdoor samples"
+    return report.model_copy(update=update), audit

@@ -90,9 +90,21 @@ def load_key(path: str | Path) -> DyePackKey:
     if not path.is_file():
         raise UserError(f"{path}: key file not found")
     try:
-        return DyePackKey.model_validate_json(path.read_text(encoding="utf-8"))
+        return DyePackKey.model_validate_json(read_text(path, "key"))
     except ValidationError as err:
         raise validation_error(err, path) from None
+
+
+def read_text(path: Path, what: str) -> str:
+    """A key or commitment file's text; a file that is not UTF-8 or cannot be read is one line naming it
+    (a stray byte would otherwise end verify, audit and check-commitment in a traceback)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        byte = f"byte 0x{err.object[err.start]:02X} at offset {err.start}"
+        raise UserError(f"{path}: not a {what} file: {byte} is not UTF-8") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the {what} file ({err.strerror})") from None
 
 
 def read_commitment(path: str | Path) -> dict[str, str]:
@@ -100,7 +112,7 @@ def read_commitment(path: str | Path) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: commitment file not found")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path, "commitment").splitlines()
     if not lines or lines[0].strip() != COMMITMENT_HEADER:
         raise UserError(f"{path}:1: not an assay commitment file (expected first line {COMMITMENT_HEADER!r})")
     fields = {}

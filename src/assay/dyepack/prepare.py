@@ -21,6 +21,8 @@ from pathlib import Path
 from assay.data import Benchmark, write_benchmark
 from assay.data.items import LETTERS, Item, MultipleChoice, OpenEnded, content_fingerprint, item_kind
 from assay.dyepack.audit import StealthAudit, audit_items
+from assay.dyepack.fpr import smallest_fpr, weakness
+from assay.dyepack.ids import check_unique
 from assay.dyepack.key import NONE_LABEL, Backdoor, DyePackKey, Randomness, now_utc
 from assay.dyepack.strip import StripRisk, strip_curve
 from assay.dyepack.triggers import (
@@ -353,6 +355,8 @@ class PrepareResult:
     audit: StealthAudit | None
     draws: int = 1
     strip: list[StripRisk] | None = None  # the simulated strip-risk curve (multiple choice)
+    smallest_fpr: float = 0.0  # every backdoor activated: the strongest accusation the release can make
+    weak: str | None = None  # why it can never flag at alpha (``fpr.weakness``), None when it can
 
 
 def draw_release(
@@ -370,6 +374,13 @@ def draw_release(
             return draw_targets(draft, rng), stealth, draws
 
 
+def release_paths(source: Path, out_dir: Path, key_path: Path | None = None) -> tuple[Path, Path, Path]:
+    """Where ``prepare_release`` writes the release of ``source``, its commitment and its key. A caller
+    that names no key gets ``OUT/key.json`` (tests, the web demo); the command line always names one,
+    outside the folder (``outputs.default_key_path``)."""
+    return out_dir / source.name, out_dir / "commitment.txt", key_path or out_dir / "key.json"
+
+
 def prepare_release(
     bench: Benchmark,
     config: PrepareConfig,
@@ -379,6 +390,7 @@ def prepare_release(
     redraws: int = 3,
     strip_risk: bool = False,
     alpha: float = 1e-3,
+    allow_weak: bool = True,
 ) -> PrepareResult:
     """Plan the backdoors, then write release, key and commitment; every file is written atomically.
 
@@ -388,12 +400,18 @@ def prepare_release(
     last draw is kept, and the audit masks backdoor rows' labels (``audit.masked_answers``), so passing
     says nothing about the targets, which stay uniform. With ``strip_risk`` (multiple choice), what
     simulated solvers of accuracy 0.6 to 1.0 strip from the release (``strip.strip_curve``). A failure
-    anywhere leaves none of the three files.
+    anywhere leaves none of the three files. A benchmark whose ``id`` column repeats a value is refused
+    first (``ids.check_unique``): an answer sheet could not tell those rows apart. A release whose
+    smallest possible FPR (every backdoor activated) exceeds ``alpha`` can never flag a model: without
+    ``allow_weak`` it is refused before anything is written; with it, ``PrepareResult.weak`` says so.
     """
+    check_unique(bench.path, bench.table.rows, bench.table.locations)
     plan, stealth, draws = draw_release(bench, config, audit, redraws)
-    release_path = out_dir / bench.path.name
-    key_path = key_path or out_dir / "key.json"
-    commitment_path = out_dir / "commitment.txt"
+    ks = [b.k for b in plan.backdoors]
+    weak = weakness(ks, alpha)
+    if weak is not None and not allow_weak:
+        raise UserError(f"{bench.path}: {weak} (or pass --allow-weak)")
+    release_path, commitment_path, key_path = release_paths(bench.path, out_dir, key_path)
     if release_path.resolve() == bench.path.resolve():
         raise UserError(f"{release_path}: --out would overwrite the input benchmark; choose another folder")
     randomness = (
@@ -431,5 +449,7 @@ def prepare_release(
         plan.cover_rows,
         stealth,
         draws=draws,
+        smallest_fpr=smallest_fpr(ks),
+        weak=weak,
         strip=strip_curve(plan.items, plan.backdoors, alpha) if strip_risk and not plan.phrases else None,
     )

@@ -42,6 +42,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.data import Benchmark, read_benchmark
 from assay.data.tables import SUFFIXES
+from assay.dyepack.fpr import smallest_fpr, weakness
 from assay.dyepack.key import NONE_LABEL, DyePackKey, check_commitment, read_commitment
 from assay.dyepack.prompts import PromptFormat
 from assay.dyepack.verify import VerifyReport, check_release, verify
@@ -194,6 +195,40 @@ def check_key(benchmark: DyePackBenchmark, key: DyePackKey) -> None:
         raise UserError(
             f"key file: does not match the commitment registered for {benchmark.name!r} ({reason})"
         )
+
+
+def check_can_flag(key: DyePackKey, alpha: float) -> None:
+    """Refuse a run that could never flag: the key's smallest possible FPR (every backdoor activated)
+    exceeds ``alpha`` (``fpr.weakness``: it names that FPR and the B or K that would reach alpha)."""
+    weak = weakness([b.k for b in key.backdoors], alpha)
+    if weak is not None:
+        raise UserError(f"key file: {weak}; or raise alpha")
+
+
+@dataclass(frozen=True)
+class ReleaseFloor:
+    """The strongest accusation a registered release can make: its smallest FPR, every backdoor activated.
+    The commitment hides B and K, so it is known once a finished run has recorded the key's K values."""
+
+    smallest_fpr: float
+    k_values: list[int]
+    run_id: int
+
+    def weak(self, alpha: float) -> str | None:
+        return weakness(self.k_values, alpha)
+
+
+def release_floor(session: Session, benchmark_id: int) -> ReleaseFloor | None:
+    """The release's smallest possible FPR from its newest run that recorded K values, or None."""
+    run = session.scalars(
+        select(DyePackRun)
+        .where(DyePackRun.benchmark_id == benchmark_id, DyePackRun.k_values.is_not(None))
+        .order_by(DyePackRun.id.desc())
+        .limit(1)
+    ).first()
+    if run is None or not run.k_values:
+        return None
+    return ReleaseFloor(smallest_fpr(run.k_values), list(run.k_values), run.id)
 
 
 def secrets_of(key: DyePackKey) -> list[str]:

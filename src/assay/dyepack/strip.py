@@ -40,10 +40,12 @@ class StripRisk(BaseModel):
 
     solver: str
     attack: Attack = "any"
-    nominal: float | None = None  # a simulated solver's accuracy
-    accuracy: float  # share of clean rows whose label the solver accepted
+    nominal: float | None = None  # a simulated solver's accuracy: a hypothetical solver, not a real one
+    accuracy: float  # share of the clean rows it answered whose label it accepted
     repeats: int
     rows: int
+    answered: int | None = None  # rows a real solver named an option for (None: simulated, all of them)
+    answered_clean: int | None = None  # of them, clean rows: what ``accuracy`` is measured on
     backdoor_rows: int
     backdoors: int
     rejected_backdoor: float  # backdoor rows whose label the solver rejects
@@ -53,6 +55,12 @@ class StripRisk(BaseModel):
     surviving: float  # backdoors with at least one sample left
     flags: float  # share of solvers after whose stripping a contaminated model is still flagged
     alpha: float
+
+    @property
+    def unparsed(self) -> int:
+        """Rows whose reply named no option: their labels are kept, as if accepted, so a solver that
+        abstains looks more accurate than it is; the report counts them."""
+        return 0 if self.answered is None else self.rows - self.answered
 
     @property
     def removed_backdoor(self) -> float:
@@ -70,6 +78,8 @@ class StripRisk(BaseModel):
     def summary(self) -> dict:
         return {
             **self.model_dump(),
+            "unparsed": self.unparsed,
+            "exactly_solvable": exactly_solvable(self),
             "removed_backdoor": self.removed_backdoor,
             "lost_clean": self.lost_clean,
             "cost": self.cost,
@@ -124,8 +134,11 @@ def risk_from_rejections(
     alpha: float,
     groups: np.ndarray | None = None,
     attack: Attack = "any",
+    answered: np.ndarray | None = None,
 ) -> StripRisk:
-    """Average the attack over the solvers in ``rejected`` (solvers x rows)."""
+    """Average the attack over the solvers in ``rejected`` (solvers x rows). ``answered`` (rows, a real
+    solver's): where it named an option; accuracy is then over the clean rows it answered, and the rows
+    it left unanswered are counted (their labels stay, as if accepted)."""
     from assay.dyepack.verify import false_positive_rate
 
     backdoor = np.full(len(items), -1)
@@ -138,12 +151,15 @@ def risk_from_rejections(
     ks = [b.k for b in backdoors]
     fprs = {s: false_positive_rate(ks, s).fpr if s else 1.0 for s in set(surviving.tolist())}
     grouped = removed & ~rejected
+    judged = ~is_bd if answered is None else ~is_bd & answered  # clean rows with an answer
     return StripRisk(
         solver=solver,
         attack=attack,
-        accuracy=float(1 - rejected[:, ~is_bd].mean()) if (~is_bd).any() else 1.0,
+        accuracy=float(1 - rejected[:, judged].mean()) if judged.any() else 0.0,
         repeats=rejected.shape[0],
         rows=len(items),
+        answered=None if answered is None else int(answered.sum()),
+        answered_clean=None if answered is None else int(judged.sum()),
         backdoor_rows=int(is_bd.sum()),
         backdoors=len(backdoors),
         rejected_backdoor=float(rejected[:, is_bd].sum(axis=1).mean()),
@@ -231,22 +247,56 @@ def solver_rejections(answers: Sequence[int | None], items: Sequence[Item]) -> n
     )
 
 
+def solver_answered(answers: Sequence[int | None]) -> np.ndarray:
+    """Rows where a real solver named an option (``solver_answers`` gives None where it named none)."""
+    return np.array([a is not None for a in answers], dtype=bool)
+
+
 def exactly_solvable(risk: StripRisk) -> bool:
-    """The solver accepted every clean label: stripping costs nothing, and no placement can change that."""
-    return risk.rejected_clean == 0 and risk.removed_backdoor > 0
+    """A real solver answered every row and accepted every clean label: stripping costs nothing, and no
+    placement can change that. Never said of a simulated solver (it is imagined), nor of one that left
+    rows unanswered (an unanswered row's label is kept, which is not accepting it)."""
+    return (
+        risk.nominal is None
+        and risk.answered == risk.rows
+        and risk.rejected_clean == 0
+        and risk.removed_backdoor > 0
+    )
+
+
+def answered_text(risk: StripRisk) -> str:
+    """What the accuracy rests on: a real solver's answered and unparsed rows, or a hypothetical one."""
+    if risk.nominal is not None:
+        return f"a hypothetical solver of accuracy {risk.nominal:g} on every row (simulated, not measured)"
+    return (
+        f"answered {risk.answered} of {risk.rows} rows ({risk.unparsed} unparsed, their labels kept); "
+        f"accuracy {risk.accuracy:.3g} over the {risk.answered_clean} clean rows it answered"
+    )
 
 
 def verdict(risk: StripRisk) -> str:
     """One line a maintainer reads first."""
     cost = "no clean row" if risk.cost is None else f"{risk.cost:.2f} clean rows per backdoor row removed"
     head = (
-        f"{risk.solver}: strips {risk.removed_backdoor:.1f} of {risk.backdoor_rows} backdoor rows at "
-        f"{cost}; {risk.surviving:.1f} of {risk.backdoors} backdoors survive"
+        f"{risk.solver} ({answered_text(risk)}): strips {risk.removed_backdoor:.1f} of {risk.backdoor_rows} "
+        f"backdoor rows at {cost}; {risk.surviving:.1f} of {risk.backdoors} backdoors survive"
     )
+    still = "still flags" if risk.flags >= 0.5 else "no longer flags"
+    flags = f"the stripped release {still} a contaminated model at alpha {risk.alpha:g}"
+    if risk.nominal is not None and risk.nominal == 1 and risk.lost_clean == 0:
+        return (
+            f"{head}; {flags}. Such a solver would strip the dye packs at no cost; whether one exists for "
+            "this task is not measured here: run audit --solver with a real one."
+        )
+    if risk.unparsed and risk.rejected_clean == 0:
+        return (
+            f"{head}; {flags}. It rejected no clean label it answered, but left {risk.unparsed} rows "
+            "unanswered: that does not show the task is exactly solvable."
+        )
     if exactly_solvable(risk):
         return (
-            f"{head}. The solver gets every clean row right: this task is exactly solvable, so a solver "
-            "strips the dye packs at no cost, and no choice of rows, cover or fraction helps."
+            f"{head}. The solver answered every row and got every clean row right: this task is exactly "
+            "solvable, so a solver strips the dye packs at no cost, and no choice of rows, cover or fraction "
+            "helps."
         )
-    still = "still flags" if risk.flags >= 0.5 else "no longer flags"
-    return f"{head}; the stripped release {still} a contaminated model at alpha {risk.alpha:g}."
+    return f"{head}; {flags}."

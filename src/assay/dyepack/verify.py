@@ -67,6 +67,20 @@ class LayoutResult(BaseModel):
     fpr: float  # this layout's exact FPR, as if it were the only one tried
 
 
+class SpotCheck(BaseModel):
+    """``verify --from-log --spot-check N``: backdoor samples of the log re-asked of the live model."""
+
+    how: str  # how they were re-asked (the log's own requests, or our chat prompt for an answer sheet)
+    seed: int  # the draw of the rows, so the check can be repeated
+    asked: int
+    agree: int
+    disagreements: list[dict] = []  # per sample: row, where in the log, the log's answer, the live one
+
+    @property
+    def contradicted(self) -> bool:
+        return self.agree < self.asked
+
+
 class VerifyReport(BaseModel):
     """What ``assay dyepack verify`` writes to ``summary.json`` and prints."""
 
@@ -92,6 +106,12 @@ class VerifyReport(BaseModel):
     layouts_skipped: dict[str, str] = {}  # layout -> why it could not be asked of this model
     # ``--from-log``: what the log covered; None for a live query, which asks every backdoor sample.
     coverage: str | None = None
+    # ``--from-log``: what the verdict rests on (the FPR holds only if the log is the model's real output,
+    # and which of the log's fields were cross-checked); ``--spot-check``: rows re-asked live, and whether
+    # the live model contradicts the log (then the accusation is withdrawn: ``flagged`` is False).
+    evidence: str | None = None
+    spot_check: SpotCheck | None = None
+    contradicted: bool = False
 
 
 @dataclass(frozen=True)
@@ -492,9 +512,14 @@ def build_report(
     return report, audit
 
 
+def output_paths(out_dir: Path) -> tuple[Path, Path]:
+    """The files ``write_outputs`` writes: ``summary.json`` and ``audit.jsonl``."""
+    return out_dir / "summary.json", out_dir / "audit.jsonl"
+
+
 def write_outputs(out_dir: Path, report: VerifyReport, audit: Sequence[dict]) -> tuple[Path, Path]:
     """``summary.json`` and ``audit.jsonl`` (every prompt and reply), each written atomically."""
-    summary_path, audit_path = out_dir / "summary.json", out_dir / "audit.jsonl"
+    summary_path, audit_path = output_paths(out_dir)
     write_text_atomic(audit_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in audit))
     write_text_atomic(summary_path, report.model_dump_json(indent=2) + "\n")
     return summary_path, audit_path

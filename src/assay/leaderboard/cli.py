@@ -36,6 +36,8 @@ storage = lazy_module("assay.leaderboard.storage")
 submissions = lazy_module("assay.leaderboard.submissions")
 views = lazy_module("assay.leaderboard.views")
 worker_loop = lazy_module("assay.leaderboard.worker")
+worker_checks = lazy_module("assay.leaderboard.preflight")
+logs = lazy_module("assay.web.logs")
 
 app = typer.Typer(
     help="Leaderboard: rounds of trojan detection, sandboxed detector runs, NIST-exact scores.\n\n"
@@ -48,6 +50,7 @@ app.add_typer(round_app, name="round")
 app.add_typer(team_app, name="team")
 # Standings tables are wide; when piped (no terminal to measure) print them at 140 columns, not 80.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, soft_wrap=True)
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "n"),
@@ -179,7 +182,14 @@ def round_create(
         min=0,
         max=64,
         help="Bits about the test labels one test submission may reveal to its team while the round is "
-        "open: its score is shown as a bin holding >= 2^(n - bits) label vectors (docs/leaderboard.md).",
+        "open: its score is shown as one of at most 2^bits values (docs/leaderboard.md).",
+    ),
+    disclosure: str = typer.Option(
+        "grid",
+        "--disclosure",
+        help="How an open round shows test scores: grid (a fixed grid of 2^leak-bits cells, 0.005 wide on "
+        "CE up to 1 at 8 bits: at most leak-bits bits on average), bins (worst-case bins of >= "
+        "2^(n - leak-bits) label vectors; wide intervals) or exact (NIST's board: exact scores).",
     ),
     max_image_gb: float = typer.Option(
         8.0, "--max-image-gb", min=0.001, help="Largest container image a team may submit."
@@ -221,13 +231,22 @@ def round_create(
             max_processes=max_processes,
             allow_unisolated=allow_unisolated,
             leak_bits=leak_bits,
+            disclosure=disclosure,
             image_bytes=round(max_image_gb * 2**30),
             infer_word=infer_word,
             source_dataset=source_dataset,
             metric=metric,
         )
         splits = ", ".join(f"{s.name} ({len(rounds.split_models(s))})" for s in created.splits)
+        warning = rounds.disclosure_warning(created)
     console.print(f"round {name} created (draft); splits: {splits}", highlight=False)
+    _warn(warning)
+
+
+def _warn(warning: str | None) -> None:
+    """An organiser's warning on stderr (stdout stays the command's answer)."""
+    if warning is not None:
+        err_console.print(warning, highlight=False, markup=False)
 
 
 @round_app.command("set")
@@ -251,8 +270,9 @@ def round_set(
 def round_open(name: str = typer.Argument(..., help="Round name.")) -> None:
     """Open a round for submissions.  Example: assay leaderboard round open r1"""
     with _sessions().begin() as session:
-        rounds.set_status(session, name, RoundStatus.OPEN)
+        warning = rounds.disclosure_warning(rounds.set_status(session, name, RoundStatus.OPEN))
     console.print(f"round {name} is open", highlight=False)
+    _warn(warning)
 
 
 @round_app.command("close")
@@ -378,18 +398,34 @@ def worker(
     workers: int = typer.Option(1, "--workers", "-w", min=1, help="Models run at once."),
     executor: str = typer.Option("local", "--executor", help="local or ray."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
+    min_free_mb: int = typer.Option(
+        512, "--min-free-mb", min=0, help="Claim nothing while ASSAY_HOME or the temp dir has less free."
+    ),
 ) -> None:
     """Claim and run queued jobs (each model in its own sandbox), then score them.
 
+    Before each claim the worker checks it can run the job (bubblewrap, podman for images, the split
+    folders, the database, free disk); what it cannot run it leaves queued, says why in its log and in
+    `assay leaderboard status`, and with --once exits with status 3. SIGTERM or Ctrl-C gives the running
+    job back at once (its scored models kept) and exits 0. Logs go to stderr, as JSON lines with
+    ASSAY_LOG_FORMAT=json.
+
     Example: assay leaderboard worker --once --workers 2
     """
+    settings = config.settings()
+    logs.configure(logs.check_format(settings.log_format), settings.log_level)
     runner = executors.make_executor(executor, workers, address)
-
-    def on_job(job_id: int, status: str) -> None:
-        console.print(f"job {job_id}: {status}", highlight=False)
-
-    count = worker_loop.work(_sessions(), runner, once=once, on_job=on_job)
-    console.print(f"{count} job(s) run", highlight=False)
+    sessions = _sessions()
+    preflight = worker_checks.Preflight(sessions, executor == "local", min_free_mb * 2**20)
+    # Ray's tasks run on its nodes, and the executor cancels them itself; locally the worker kills its own
+    kill = worker_loop.kill_detectors if executor == "local" else (lambda: None)
+    with worker_loop.Stopper(kill).installed() as stopper:
+        try:
+            count = worker_loop.work(sessions, runner, once=once, stopper=stopper, preflight=preflight)
+        except worker_loop.CannotWork as exc:
+            worker_loop.logger.error("worker stops: it cannot run the queued jobs: %s", exc)
+            raise typer.Exit(worker_loop.EXIT_CANNOT_WORK) from None
+    worker_loop.logger.info("%d job(s) run", count)
 
 
 AS_TEAM_HELP = "Show what members of this team see (default: everything, as the organiser)."
@@ -411,12 +447,23 @@ def _render_status(state: status_of.QueueStatus) -> None:
     for r in state.rounds:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(r.jobs.items())) or "no jobs"
         console.print(f"round {r.name} ({r.status}): {r.submissions} submissions, {counts}", highlight=False)
+    console.print(f"workers alive: {len(state.workers)}, {state.unhealthy} unhealthy", highlight=False)
+    for w in state.workers:
+        doing = f"job {w.job_id}" if w.job_id is not None else "idle"
+        health = "healthy" if w.healthy else f"UNHEALTHY: {w.problem}"
+        console.print(
+            f"  {w.name} (assay {w.version}, {w.isolation}, {w.executor}): {doing}, {health}, "
+            f"heartbeat {w.heartbeat_age_s:.0f} s ago",
+            highlight=False,
+            markup=False,
+        )
 
 
 @app.command()
 def status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Queue depth, jobs by status, each running job's worker and last heartbeat (stale ones marked), and
-    each round's state: the web's /leaderboard/status, from the same function.
+    """Queue depth, jobs by status, each running job's worker and last heartbeat (stale ones marked), each
+    round's state, and the live workers (healthy or why not): the web's /leaderboard/status, from the same
+    function.
 
     Example: assay leaderboard status --json
     """
@@ -449,26 +496,11 @@ def _render_standings(table: views.StandingsOut) -> None:
     console.print(grid)
 
 
-def _shown(metrics: dict[str, float | None], metric: str) -> str:
-    """A disclosed score in words: the interval, and how few random label vectors score as well."""
-    low, high, share = (metrics.get(f"shown_{k}") for k in ("low", "high", "share"))
-    if low is None or high is None or share is None:
-        return "not shown until the round closes"
-    return f"{metric} in [{low:.4f}, {high:.4f}]; top {100 * share:.3g}% of label vectors"
-
-
 def _render_sealed(table: views.StandingsOut, title: str) -> None:
-    grid = Table("#", "team", "technique", f"{table.metric} (disclosed)", "bits", "flagged", title=title)
+    grid = Table("#", "team", "technique", f"test {table.metric} (shown)", "flagged", title=title)
     for r in table.rows:
-        bits = r.metrics.get("shown_bits")
-        grid.add_row(
-            str(r.rank),
-            r.team,
-            r.technique,
-            _shown(r.metrics, table.metric),
-            "" if bits is None else f"{bits:.2f}",
-            str(r.flagged_models),
-        )
+        rank = f"{r.rank}{'=' if r.tied_with else ''}"
+        grid.add_row(rank, r.team, r.technique, r.summary, str(r.flagged_models))
     console.print(grid)
 
 
@@ -533,7 +565,7 @@ def _render_results(record: views.SubmissionOut, logs: bool) -> None:
         highlight=False,
     )
     if record.sealed:
-        console.print(f"score: {_shown(record.metrics, 'score')}", highlight=False)
+        console.print(f"score: {record.summary or 'not scored yet'} ({record.note})", highlight=False)
     if record.flag_counts and record.detail != "full":
         counts = ", ".join(f"{n} {flag or 'ok'}" for flag, n in record.flag_counts.items())
         console.print(f"models by flag: {counts} (which model carries which is not shared)", highlight=False)

@@ -1,44 +1,83 @@
-"""What a test score may say while its round is open: the disclosure budget, in one place.
+"""What a test score may say while its round is open: the disclosure rule, in one place.
 
 The test split's labels are sealed, yet a team learns from every number it is shown about its test
-submission. Given its own answers, an exact cross entropy, Brier score, ROC-AUC, confidence interval, ECE or
-count of positives can single out the label vector (issue 25: 16 of 16 bits from one submission). So while a
-round is open, a test submission's scores are shown to everyone but the organisers only as its *disclosed*
-score (``assay.stats.disclosure``): the bin of the round's metric among the label vectors ranked for this
-detector's answers, at most ``leak_bits`` bits (round setting, default 8). Those numbers are computed once,
-when the job is scored, and stored beside the exact metrics under the ``shown_`` prefix; every face reads
-them through ``public_metrics``, and public standings rank by them, so the ranking adds nothing either.
+submission: given its own answers, an exact cross entropy can single out the label vector (issue 25: 16 of
+16 bits from one submission). So while a round is open, everyone but the organisers sees a test submission's
+score only in the form the round chose (``Round.disclosure``, in the audit trail):
 
-Metrics that are not a sum over models (ROC-AUC, ECE, TPR at 5% FPR) cannot be binned this way: a round
-ranked by one of them shows no test score at all until it closes. Holdout results (published at the close)
-and everything after the close are unrestricted; organisers always see everything.
+- ``grid`` (default): the cell of a fixed grid of at most 2^``leak_bits`` cells on the metric's scale
+  (``assay.stats.disclosure.grid_edges``: 0.005 wide on cross entropy up to 1 at 8 bits). The grid is fixed
+  by the round before any label is read, so a showing is one of at most 2^b values: at most b bits on
+  average whatever the attacker believes. Any ranking metric can be shown this way.
+- ``bins``: the worst-case bins of label vectors (every outcome leaves >= 2^(n - b) of them); additive
+  metrics only, others withheld until the close. Intervals are wide exactly where good detectors compete.
+- ``exact``: NIST's board: the test scores as they are (the round accepts the risk).
+
+Those numbers are computed once, when the job is scored, and stored beside the exact metrics under the
+``shown_`` prefix; every face reads them through ``public_metrics``, and public standings rank by the shown
+interval (``better``), rows whose intervals overlap being ties. Per-model facts of a sealed split (models
+done, run times, order) are hidden in every mode while the labels are secret (``labels_secret``).
+Holdout results (published at the close) and everything after the close are unrestricted; organisers always
+see everything.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from assay.stats.disclosure import ADDITIVE, disclose
+from assay.stats.disclosure import ADDITIVE, BOUNDED, disclose, grid_cell, grid_edges
 from assay.store.enums import RoundStatus
 from assay.store.models import Round
 
 PREFIX = "shown_"
 SEALED_STATUSES = (RoundStatus.DRAFT, RoundStatus.OPEN)
+MODES = ("grid", "bins", "exact")
+GRID_METRICS = ("cross_entropy", *BOUNDED)
+
+
+def labels_secret(round_: Round, split: str) -> bool:
+    """Whether the split's labels are still secret: the test split of a round not yet closed."""
+    return split == "test" and round_.status in SEALED_STATUSES
 
 
 def is_sealed(round_: Round, split: str) -> bool:
     """Whether non-organisers see only the disclosed score of this split's submissions."""
-    return split == "test" and round_.status in SEALED_STATUSES
+    return labels_secret(round_, split) and round_.disclosure != "exact"
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of ``MODES``; a ValueError naming them otherwise."""
+    if mode not in MODES:
+        raise ValueError(f"disclosure must be one of {', '.join(MODES)} (value: {mode!r})")
+    return mode
 
 
 def disclosed_metrics(
-    predictions: dict[str, float], truth: dict[str, int], metric: str, bits: float
+    predictions: dict[str, float],
+    truth: dict[str, int],
+    metric: str,
+    bits: float,
+    mode: str = "grid",
+    value: float | None = None,
 ) -> dict[str, float]:
-    """The ``shown_`` numbers of one scored test job (empty when ``metric`` cannot be binned).
+    """The ``shown_`` numbers of one scored test job (empty when the mode cannot show ``metric``).
 
-    ``predictions`` are the values scored, missing models already filled in as the scorer fills them.
+    ``predictions`` are the values scored, missing models already filled in as the scorer fills them;
+    ``value`` is the exact score of ``metric`` (the grid shows its cell).
     """
-    if metric not in ADDITIVE or not truth:
+    if mode == "grid":
+        if metric not in GRID_METRICS or value is None or not math.isfinite(value):
+            return {}
+        cell = grid_cell(value, grid_edges(metric, bits))
+        return {
+            f"{PREFIX}low": cell.low,
+            f"{PREFIX}high": cell.high,
+            f"{PREFIX}cell": float(cell.cell),
+            f"{PREFIX}cells": float(cell.cells),
+        }
+    if mode != "bins" or metric not in ADDITIVE or not truth:
         return {}
     models = sorted(truth)
     shown = disclose(
@@ -61,7 +100,91 @@ def public_metrics(metrics: dict[str, float | None], sealed: bool) -> dict[str, 
     return {name: value for name, value in metrics.items() if name.startswith(PREFIX)}
 
 
-def public_rank_key(metrics: dict[str, float | None]) -> tuple[float, float]:
-    """Order of sealed rows: the smaller share of label vectors scoring as well first, then the bound."""
-    share, high = metrics.get(f"{PREFIX}share"), metrics.get(f"{PREFIX}high")
-    return (share if share is not None else 2.0, high if high is not None else float("inf"))
+Interval = tuple[float, float]
+
+
+def interval(metrics: dict[str, float | None], metric: str, sealed: bool) -> Interval | None:
+    """Where a row's score lies as its viewer is shown it: the disclosed interval, or the exact value."""
+    if sealed:
+        low, high = metrics.get(f"{PREFIX}low"), metrics.get(f"{PREFIX}high")
+        return None if low is None or high is None else (low, high)
+    value = metrics.get(metric)
+    return None if value is None else (value, value)
+
+
+def better(a: Interval | None, b: Interval | None, lower: bool) -> bool:
+    """Whether ``a`` lies wholly better than ``b`` (``lower``: lower is better); a missing score is worst.
+
+    Grid cells are half-open, so adjacent cells are ordered; equal intervals, and intervals that overlap,
+    are neither better nor worse: a tie.
+    """
+    if a is None:
+        return False
+    if b is None:
+        return True
+    if a == b:
+        return False
+    return a[1] <= b[0] if lower else a[0] >= b[1]
+
+
+def reveals_all(models: int, bits: float, mode: str) -> bool:
+    """Whether the budget covers every label vector of a split of ``models`` (2^n <= 2^bits)."""
+    return mode != "exact" and models <= bits
+
+
+def small_split_warning(models: int, bits: float, mode: str) -> str | None:
+    """The organiser's warning for a test split the budget reveals whole; None when it does not."""
+    if not reveals_all(models, bits, mode):
+        return None
+    return (
+        f"warning: the test split has {models} models and the disclosure budget is {bits:g} bits: a probe "
+        f"could learn every test label (2^{models} label vectors); use a larger test split or --leak-bits "
+        f"below {models}"
+    )
+
+
+METRIC_WORDS = {
+    "cross_entropy": "CE",
+    "roc_auc": "ROC-AUC",
+    "brier": "Brier score",
+    "ece": "ECE",
+    "tpr_at_5_fpr": "TPR at 5% FPR",
+}
+
+
+def _number(value: float, width: float) -> str:
+    """A bound printed to the decimals its cell's width needs (three at least)."""
+    decimals = 4 if width <= 0 else max(3, math.ceil(-math.log10(width) - 1e-9))
+    return f"{value:.{min(decimals, 8)}f}"
+
+
+def in_words(shown: Interval | None, metric: str, rank: int, total: int, tied_with: list[str]) -> str:
+    """A sealed row in plain words, the same on every face: "test CE between 0.215 and 0.220; rank 2 of 9
+    (tied with team-x); exact score when the round closes"."""
+    name = METRIC_WORDS.get(metric, metric)
+    if shown is None:
+        return f"test {name} not shown until the round closes"
+    low, high = shown
+    width = high - low
+    where = (
+        f"{_number(low, width)}"
+        if width <= 0
+        else f"between {_number(low, width)} and {_number(high, width)}"
+    )
+    ties = f" (tied with {', '.join(tied_with)})" if tied_with else ""
+    return f"test {name} {where}; rank {rank} of {total}{ties}; exact score when the round closes"
+
+
+def sealed_note(metrics: dict[str, float | None]) -> str:
+    """What the shown interval guarantees, in words, for the submission page."""
+    cells, bits = metrics.get(f"{PREFIX}cells"), metrics.get(f"{PREFIX}bits")
+    if cells is not None:
+        return (
+            f"one of {int(cells)} cells of the round's grid, fixed before the labels were read: at most "
+            f"{math.log2(cells):.0f} bits about the test labels on average"
+        )
+    if bits is not None:
+        return (
+            f"the bin of label vectors that score like yours: at most {bits:.2f} bits about the test labels"
+        )
+    return "not shown for this metric until the round closes"

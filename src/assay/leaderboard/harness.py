@@ -6,7 +6,8 @@ runtime. The round folder (all ground truth), the store, ``ASSAY_HOME``, other r
 host do not exist inside, and no path, argument or variable names the model. Every job refuses to run where
 bwrap is missing; a round may allow unisolated practice (train/smoke) jobs, logged on each, never test or
 holdout. The total time limit is one deadline from the job's first claim, enforced
-inside every model run. Models run in an order shuffled by the job id. Each result is committed as it
+inside every model run. Models run in an order shuffled from OS entropy, so no fact a team can see (the
+job id, its times) ties a moment of the run to a model. Each result is committed as it
 arrives, so a job interrupted at any moment resumes with the models still missing. Output that is missing,
 unparseable, NaN or outside [0, 1] scores as 0.5 and carries NIST's flag; a run stopped for memory carries
 ``:Memory:``. A result file is read as NIST reads it (its first line). A test job's score is also stored as
@@ -31,6 +32,7 @@ from assay.leaderboard.rounds import split_models
 from assay.leaderboard.scoring import DEFAULT_PREDICTION, read_metadata, read_truth, score
 from assay.leaderboard.submissions import stored_image
 from assay.runner import Executor, Limits, Task, TaskResult, isolation_available
+from assay.runner.isolation import host_view
 from assay.store.models import Job, MetricResult, ModelResult, as_utc, utcnow
 
 PARSE_FLAG = ":Result Parse:"
@@ -193,6 +195,7 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
             "allow_unisolated": round_.allow_unisolated,
             "metric": round_.metric,
             "leak_bits": round_.leak_bits,
+            "disclosure": round_.disclosure,
         }
 
 
@@ -206,7 +209,10 @@ def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) ->
     elif result.deadline_reached:
         stderr += "\n[harness] stopped at the job's total time limit\n"
     elif result.collector_lost:
-        stderr += "\n[harness] the result collector was killed (by the detector?): results lost\n"
+        stderr += (
+            "\n[harness] the result collector was lost (killed from outside the sandbox, or no whole "
+            "answer came back): scored as missing\n"
+        )
     with sessions.begin() as session:
         session.add(
             ModelResult(
@@ -234,19 +240,38 @@ def _note(sessions: sessionmaker[Session], job_id: int, line: str) -> None:
             job.log = f"{job.log}{line}\n"
 
 
+def needs_bwrap(split: str, allow_unisolated: bool) -> bool:
+    """The one rule: every job runs under bwrap, except practice (train/smoke) jobs of a round that allows
+    unisolated runs; the harness and the worker's pre-flight check (``preflight``) both ask here."""
+    return split in SEALED_SPLITS or not allow_unisolated
+
+
 def _sealing(context: dict, sessions: sessionmaker[Session], job_id: int) -> bool:
     """Whether the job's tasks must run under bwrap: every job, unless the round allows unisolated practice
-    and this is a practice (train/smoke) job; that override is written to the job log, and test and holdout
-    jobs never take it (an open detector could read the sequestered truth and the database)."""
-    if context["split"] in SEALED_SPLITS or not context["allow_unisolated"]:
+    and this is a practice (train/smoke) job; test and holdout jobs never take that override (an open
+    detector could read the sequestered truth and the database). The override still needs a read-only view
+    of this machine (``host_view``): where a detector could write outside its scratch, the job is refused.
+    Either way the job log says exactly what the detector could read and write."""
+    if needs_bwrap(context["split"], context["allow_unisolated"]):
         return True
-    if isolation_available() != "bwrap":
+    level = isolation_available()
+    if level == "bwrap":
+        return False
+    view = host_view(level)
+    if view is None:
         _note(
             sessions,
             job_id,
-            "override: the round allows unisolated practice runs; this job ran with isolation "
-            f"{isolation_available()!r}, its detector could read this machine's files",
+            f"override refused: the round allows unisolated practice runs, but under isolation {level!r} "
+            "the detector could write this machine's files (install bubblewrap, or allow user namespaces)",
         )
+        return True
+    _note(
+        sessions,
+        job_id,
+        "override: the round allows unisolated practice runs; this job ran with isolation "
+        f"{level!r}, its detector could read this machine's files: {view}",
+    )
     return False
 
 
@@ -260,7 +285,7 @@ def run_models(
     """Run the detector on every model the job has no result for; False when the total time ran out."""
     context = _job_context(sessions, job_id)
     todo = [m for m in context["models"] if m not in context["done"]]
-    random.Random(job_id).shuffle(todo)
+    random.SystemRandom().shuffle(todo)  # from a secret the team never sees: the order names no model
     fields = {"deadline": context["deadline"], "require_isolation": _sealing(context, sessions, job_id)}
     fields["image"] = stored_image(context["artifact"])  # a container submission runs in its own image
     tasks = [
@@ -318,7 +343,12 @@ def score_job(sessions: sessionmaker[Session], job_id: int) -> None:
         overall = dict(report.overall)
         if context["split"] == "test":
             scored = {m: predictions.get(m, DEFAULT_PREDICTION) for m in truth}
-            overall.update(disclosed_metrics(scored, truth, context["metric"], context["leak_bits"]))
+            exact = overall.get(context["metric"])
+            overall.update(
+                disclosed_metrics(
+                    scored, truth, context["metric"], context["leak_bits"], context["disclosure"], exact
+                )
+            )
         job.metrics.clear()
         session.flush()
         for name, value in overall.items():

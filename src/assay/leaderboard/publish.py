@@ -1,10 +1,13 @@
 """Standings, progress over time, and the exports: CSV, JSON and a self-contained static HTML page.
 
 A row is one finished job (a submission run on a split). Standings rank by the round's metric in its own
-direction (``LOWER_IS_BETTER``: lower cross entropy, higher ROC-AUC; ties broken by earlier submission);
-"best per team" keeps each team's best row. Holdout standings exist only once the round is closed. The
-plateau indicator follows NIST's "average CE over time" summary: the round has plateaued when the best score
-improved (in the metric's direction) by less than ``plateau_delta`` over the last ``plateau_days``.
+direction (``LOWER_IS_BETTER``: lower cross entropy, higher ROC-AUC) as the viewer is shown it: a row's rank
+is one more than the rows whose score lies wholly better (``disclosure.better``), so rows with equal scores,
+or on a sealed split with overlapping shown intervals, share a rank and name each other in ``tied_with``
+(listed by earlier submission first); "best per team" keeps each team's best row. Holdout standings exist
+only once the round is closed. The plateau indicator follows NIST's "average CE over time" summary: the
+round has plateaued when the best score improved (in the metric's direction) by less than
+``plateau_delta`` over the last ``plateau_days``.
 """
 
 from __future__ import annotations
@@ -20,14 +23,22 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from assay.leaderboard.disclosure import PREFIX, is_sealed, public_metrics, public_rank_key
+from assay.leaderboard.disclosure import (
+    PREFIX,
+    Interval,
+    better,
+    in_words,
+    interval,
+    is_sealed,
+    public_metrics,
+)
 from assay.leaderboard.rounds import get_round, get_split
 from assay.stats.detection import roc_curve
 from assay.store.enums import JobStatus, RoundStatus
 from assay.store.models import Job, MetricResult, ModelResult, Round, Submission
 
 HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
-SHOWN = tuple(f"{PREFIX}{name}" for name in ("low", "high", "share", "bits"))  # a sealed row's numbers
+SHOWN = tuple(f"{PREFIX}{name}" for name in ("low", "high"))  # a sealed row's numbers
 LOWER_IS_BETTER = {
     "cross_entropy": True,
     "ce_ci_95": True,
@@ -59,16 +70,37 @@ class Standing(BaseModel):
     status: str
     metrics: dict[str, float | None]
     flagged_models: int
+    tied_with: list[str] = []  # teams whose rows share this rank (their scores cannot be told apart)
+    summary: str = ""  # a sealed row in plain words (``disclosure.in_words``), the same on every face
 
 
-def _metric_key(metric: str):  # type: ignore[no-untyped-def]
-    sign = 1.0 if lower_is_better(metric) else -1.0
+def rank_rows(rows: list[Standing], metric: str, sealed: bool) -> list[Standing]:
+    """``rows`` ranked by the score each viewer is shown: a row's rank is 1 + the rows wholly better than
+    it, so a row never ranks above one whose interval lies wholly better, and ties are named."""
+    lower = lower_is_better(metric)
+    shown = [interval(r.metrics, metric, sealed) for r in rows]
+    ranks = [1 + sum(better(other, mine, lower) for other in shown) for mine in shown]
+    order = sorted(range(len(rows)), key=lambda i: (ranks[i], _middle(shown[i], lower), rows[i].submitted_at))
+    ranked = []
+    for i in order:
+        ties = [rows[j].team for j in order if j != i and _tied(shown[i], shown[j], lower)]
+        ties = [team for team in dict.fromkeys(ties) if team != rows[i].team]
+        words = in_words(shown[i], metric, ranks[i], len(rows), ties) if sealed else ""
+        ranked.append(rows[i].model_copy(update={"rank": ranks[i], "tied_with": ties, "summary": words}))
+    return ranked
 
-    def key(row: Standing) -> tuple[float, datetime]:
-        value = row.metrics.get(metric)
-        return (sign * value if value is not None else float("inf"), row.submitted_at)
 
-    return key
+def _tied(a: Interval | None, b: Interval | None, lower: bool) -> bool:
+    """Neither score lies wholly better than the other: shown as a tie."""
+    return not better(a, b, lower) and not better(b, a, lower)
+
+
+def _middle(shown: Interval | None, lower: bool) -> float:
+    """Within a rank, the better midpoint first (a missing score last)."""
+    if shown is None:
+        return float("inf")
+    middle = (shown[0] + shown[1]) / 2
+    return middle if lower else -middle
 
 
 def standings(
@@ -105,17 +137,15 @@ def standings(
         )
         for job in jobs
     ]
-    rows.sort(key=_sealed_key if sealed else _metric_key(round_.metric))
-    for rank, row in enumerate(rows, start=1):
-        row.rank = rank
-    return best_of(rows) if best_per_team else rows
+    rows = rank_rows(rows, round_.metric, sealed)
+    return best_of(rows, round_.metric, sealed) if best_per_team else rows
 
 
-def best_of(rows: list[Standing]) -> list[Standing]:
+def best_of(rows: list[Standing], metric: str, sealed: bool) -> list[Standing]:
     """Each team's first row of ranked ``rows`` (its best), ranked anew; ``rows`` are left as they are."""
     seen: set[str] = set()
     best = [r for r in rows if not (r.team in seen or seen.add(r.team))]  # type: ignore[func-returns-value]
-    return [row.model_copy(update={"rank": rank}) for rank, row in enumerate(best, start=1)]
+    return rank_rows(best, metric, sealed)
 
 
 def _flagged_models(session: Session, job_ids: list[int]) -> dict[int, int]:
@@ -144,10 +174,6 @@ def _overall_metrics(session: Session, job_ids: list[int]) -> dict[int, dict[str
         for job_id, name, value in rows.tuples():
             overall[job_id][name] = value
     return overall
-
-
-def _sealed_key(row: Standing) -> tuple[float, float, datetime]:
-    return (*public_rank_key(row.metrics), row.submitted_at)
 
 
 class Progress(BaseModel):
@@ -263,12 +289,18 @@ def roc_svg(session: Session, submission_id: int, size: int = 160) -> str:
 
 def _table(title: str, rows: list[Standing], rocs: dict[int, str]) -> str:
     columns = _columns(rows)
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", "team", "technique", *columns, "ROC"))
+    shown = ("test score (shown)",) if any(r.summary for r in rows) else columns
+    plots = ("ROC",) if rocs else ()  # no column for a plot that is not drawn
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("rank", "team", "technique", *shown, *plots))
     body = []
     for r in rows:
-        cells = [str(r.rank), html.escape(r.team), html.escape(r.technique)]
-        cells += ["" if r.metrics.get(m) is None else f"{r.metrics[m]:.4f}" for m in columns]
-        cells.append(rocs.get(r.submission_id, ""))
+        cells = [f"{r.rank}{'=' if r.tied_with else ''}", html.escape(r.team), html.escape(r.technique)]
+        if r.summary:
+            cells.append(html.escape(r.summary))
+        else:
+            cells += ["" if r.metrics.get(m) is None else f"{r.metrics[m]:.4f}" for m in columns]
+        if rocs:
+            cells.append(rocs.get(r.submission_id, ""))
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     empty = '<tr><td colspan="10"><em>no results yet</em></td></tr>'
     return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(body) or empty}</table>"

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
+from assay.leaderboard.disclosure import MODES, small_split_warning
 from assay.names import check_name
 from assay.store.enums import RoundStatus
 from assay.store.models import Round, Split, Team, utcnow
@@ -35,6 +36,7 @@ TRANSITIONS = {
 
 
 ROUND_SETTINGS = "round.settings"  # the audit trail's action for a changed round setting
+ROUND_CREATE = "round.create"  # ... and for a new round, with how it discloses test scores
 
 
 def get_round(session: Session, name: str) -> Round:
@@ -107,6 +109,9 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     metric = settings.get("metric", "cross_entropy")
     if metric not in RANKING_METRICS:
         raise UserError(f"--metric: {metric!r} is not one of {', '.join(RANKING_METRICS)}")
+    disclosure = settings.get("disclosure", "grid")
+    if disclosure not in MODES:
+        raise UserError(f"--disclosure: {disclosure!r} is not one of {', '.join(MODES)}")
     if settings.get("source_dataset") is not None:
         source = Path(str(settings["source_dataset"])).resolve()
         if not source.is_dir():
@@ -117,7 +122,17 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     )
     session.add(round_)
     session.flush()
+    detail = f"disclosure {round_.disclosure}, leak_bits {round_.leak_bits:g}, metric {round_.metric}"
+    session.add(WebAuditEvent(action=ROUND_CREATE, target=f"round {name}", detail=detail))
     return round_
+
+
+def disclosure_warning(round_: Round) -> str | None:
+    """The organiser's warning when the round's disclosure budget would reveal its whole test split."""
+    tests = [split for split in round_.splits if split.name == "test"]
+    if not tests:
+        return None
+    return small_split_warning(len(split_models(tests[0])), round_.leak_bits, round_.disclosure)
 
 
 def set_status(session: Session, name: str, status: str) -> Round:

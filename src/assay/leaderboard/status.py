@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from assay.leaderboard.fleet import LiveWorker, live_workers, queue_place
 from assay.leaderboard.rounds import split_models
 from assay.leaderboard.worker import STALE_AFTER_S
 from assay.store.enums import FINISHED_JOBS, JobStatus
@@ -51,7 +52,8 @@ class RunningJob(BaseModel):
 
 
 class QueueStatus(BaseModel):
-    """The whole leaderboard at one moment: rounds, job counts by status, and each running job."""
+    """The whole leaderboard at one moment: rounds, job counts by status, each running job, and the live
+    workers (``fleet.live_workers``: a fresh heartbeat; ``unhealthy`` of them claim nothing, and say why)."""
 
     checked_at: datetime
     stale_after_s: float
@@ -61,10 +63,15 @@ class QueueStatus(BaseModel):
     jobs: dict[str, int]
     rounds: list[RoundState]
     running_jobs: list[RunningJob]
+    workers: list[LiveWorker] = []
+    unhealthy: int = 0
 
 
 class JobProgress(BaseModel):
-    """How far one job has got; ``finished`` once it is done, failed or timed out."""
+    """How far one job has got; ``finished`` once it is done, failed or timed out.
+
+    ``hidden``: a sealed split as its team sees it: no models done, and times to the hour only.
+    """
 
     job_id: int
     submission_id: int
@@ -72,20 +79,34 @@ class JobProgress(BaseModel):
     round: str
     split: str
     status: str
-    models_done: int
+    models_done: int | None
     models_total: int
     claimed_at: datetime | None
     finished_at: datetime | None
     finished: bool
+    hidden: bool = False
+    queue_place: int | None = None  # 1 = the next job a worker claims; None unless queued
+    workers_alive: int | None = None  # healthy workers with a fresh heartbeat, for a queued job
 
 
 def _models_done(session: Session, job_id: int) -> int:
     return session.scalar(select(func.count()).where(ModelResult.job_id == job_id)) or 0
 
 
-def job_progress(session: Session, job: Job) -> JobProgress:
-    """Models with a result out of the models the job's split runs (a folder listing, no scoring)."""
+def _to_hour(moment: datetime | None) -> datetime | None:
+    """A time cut to its hour: what a sealed job's team may know of when it ran (one coarse number per
+    submission, where a detector that sleeps on chosen models could otherwise signal through its duration)."""
+    moment = as_utc(moment)
+    return None if moment is None else moment.replace(minute=0, second=0, microsecond=0)
+
+
+def job_progress(session: Session, job: Job, hide: bool = False) -> JobProgress:
+    """Models with a result out of the models the job's split runs (a folder listing, no scoring), and
+    for a queued job its place in the queue and how many healthy workers are alive to take it;
+    ``hide``: the sealed view (``views._hides_progress``): no count of models done, times to the hour."""
     split = job.submission.split
+    moment = _to_hour if hide else as_utc
+    queued = job.status == JobStatus.QUEUED
     return JobProgress(
         job_id=job.id,
         submission_id=job.submission_id,
@@ -93,11 +114,14 @@ def job_progress(session: Session, job: Job) -> JobProgress:
         round=split.round.name,
         split=split.name,
         status=job.status,
-        models_done=_models_done(session, job.id),
+        models_done=None if hide else _models_done(session, job.id),
         models_total=len(split_models(split)),
-        claimed_at=as_utc(job.claimed_at),
-        finished_at=as_utc(job.finished_at),
+        claimed_at=moment(job.claimed_at),
+        finished_at=moment(job.finished_at),
         finished=job.status in FINISHED_JOBS,
+        hidden=hide,
+        queue_place=queue_place(session, job.id) if queued else None,
+        workers_alive=sum(w.healthy for w in live_workers(session)) if queued else None,
     )
 
 
@@ -165,6 +189,7 @@ def queue_status(
         _running_job(session, job, now, stale_after_s)
         for job in session.scalars(select(Job).where(Job.status == JobStatus.RUNNING).order_by(Job.id))
     ]
+    workers = live_workers(session, now, stale_after_s)
     return QueueStatus(
         checked_at=now,
         stale_after_s=stale_after_s,
@@ -174,4 +199,6 @@ def queue_status(
         jobs=jobs,
         rounds=_round_states(session),
         running_jobs=running,
+        workers=workers,
+        unhealthy=sum(not w.healthy for w in workers),
     )

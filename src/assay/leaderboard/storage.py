@@ -33,7 +33,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, selectinload
 
 from assay.errors import UserError
-from assay.store.enums import ACTIVE_JOBS
+from assay.store.enums import ACTIVE_JOBS, SubmissionStatus
 from assay.store.models import Round, Split, Submission, Team, utcnow
 
 PRACTICE_SPLITS = ("train", "smoke")
@@ -134,11 +134,13 @@ def _holding(query: Select[Any]) -> Select[Any]:
 
 
 def held_by(session: Session, team_id: int, round_id: int) -> dict[str, int]:
-    """sha256 -> unpacked bytes of each distinct artifact the team holds in the round."""
+    """sha256 -> unpacked bytes of each distinct artifact the team holds in the round (a submission the
+    platform failed is kept on disk, for the organiser, but never counted against the team)."""
     rows = session.execute(
         _holding(select(Submission.artifact_sha256, Submission.artifact_bytes))
         .join(Split, Submission.split_id == Split.id)
         .where(Submission.team_id == team_id, Split.round_id == round_id)
+        .where(Submission.status != SubmissionStatus.PLATFORM_ERROR)
     ).all()
     held: dict[str, int] = {}
     for sha, size in rows:

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from assay.errors import UserError
 from assay.leaderboard import publish, rounds, submissions
-from assay.leaderboard.disclosure import is_sealed, public_metrics
+from assay.leaderboard.disclosure import is_sealed, labels_secret, public_metrics, sealed_note
 from assay.leaderboard.publish import Progress, Standing
 from assay.leaderboard.scoring import read_truth
 from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status
@@ -183,6 +183,8 @@ class RoundOut(BaseModel):
     opened_at: datetime | None
     closed_at: datetime | None
     splits: list[str]
+    disclosure: str = "grid"  # how an open round shows test scores (``disclosure.MODES``)
+    leak_bits: float = 8.0
 
 
 class StandingsOut(BaseModel):
@@ -228,6 +230,8 @@ class SubmissionOut(BaseModel):
     groups: dict[str, dict[str, dict[str, float | None]]]
     models: list[ModelRow]
     log: str
+    summary: str = ""  # a sealed score in plain words, ranked among every test submission
+    note: str = ""  # what the sealed interval guarantees (``disclosure.sealed_note``)
 
 
 class SubmissionRow(BaseModel):
@@ -266,6 +270,7 @@ class RoundBoard(BaseModel):
     trend: Progress
     own: list[SubmissionRow]
     window: datetime | None
+    warning: str | None = None  # the organiser's: the disclosure budget reveals the whole test split
 
 
 class UploadForm(BaseModel):
@@ -312,6 +317,8 @@ def round_out(round_: Round) -> RoundOut:
         opened_at=as_utc(round_.opened_at),
         closed_at=as_utc(round_.closed_at),
         splits=[name for name in SPLIT_NAMES if name in {s.name for s in round_.splits}],
+        disclosure=round_.disclosure,
+        leak_bits=round_.leak_bits,
     )
 
 
@@ -425,7 +432,7 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
         sha256=submission.artifact_sha256,
         validation_errors=submission.validation_errors.splitlines(),
         duplicate_of=_duplicate_of(session, viewer, submission),
-        job=job_progress(session, job) if job is not None else None,
+        job=job_progress(session, job, hide=_hides_progress(viewer, submission)) if job is not None else None,
         detail=detail,
         sealed=sealed,
         metrics=overall if is_organiser(viewer) else public_metrics(overall, sealed),
@@ -433,7 +440,15 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
         groups=_groups(scores, detail),
         models=_model_rows(submission, detail),
         log=job.log if job is not None else "",
+        summary=_sealed_summary(session, submission) if sealed else "",
+        note=sealed_note(overall) if sealed else "",
     )
+
+
+def _sealed_summary(session: Session, submission: Submission) -> str:
+    """The submission's row of the public test standings (every submission), in plain words."""
+    rows = publish.standings(session, submission.split.round.name, "test", best_per_team=False, public=True)
+    return next((row.summary for row in rows if row.submission_id == submission.id), "")
 
 
 def submission_view(session: Session, viewer: Viewer, submission_id: int) -> SubmissionOut:
@@ -441,9 +456,17 @@ def submission_view(session: Session, viewer: Viewer, submission_id: int) -> Sub
     return _describe(session, viewer, find_submission(session, viewer, submission_id))
 
 
+def _hides_progress(viewer: Viewer, submission: Submission) -> bool:
+    """While the test labels are secret, a team sees its job as queued, running or finished, never how
+    many models are done nor when to the second: each step is one model's run time, which a detector
+    controls, and the times would tie facts about models to moments of the run."""
+    return not is_organiser(viewer) and labels_secret(submission.split.round, submission.split.name)
+
+
 def job_view(session: Session, viewer: Viewer, job_id: int) -> JobProgress:
-    """A job's progress, for whoever may see its submission."""
-    return job_progress(session, find_job(session, viewer, job_id))
+    """A job's progress, for whoever may see its submission (``_hides_progress`` says how much)."""
+    job = find_job(session, viewer, job_id)
+    return job_progress(session, job, hide=_hides_progress(viewer, job.submission))
 
 
 def submission_logs(session: Session, viewer: Viewer, submission_id: int) -> SubmissionLogs:
@@ -520,13 +543,14 @@ def round_board(session: Session, viewer: Viewer, name: str) -> RoundBoard:
     return RoundBoard(
         round=round_out(round_),
         team=team,
-        best=publish.best_of(every),
+        best=publish.best_of(every, round_.metric, public and is_sealed(round_, "test")),
         every=every,
         holdout=holdout,
         linkable={r.submission_id for r in every + (holdout or []) if may_open(viewer, r)},
         trend=publish.progress(session, round_.name, public=public, every=every),
         own=team_submissions(session, viewer, round_),
         window=window_reopens(session, team, round_) if team is not None else None,
+        warning=rounds.disclosure_warning(round_) if is_organiser(viewer) else None,
     )
 
 

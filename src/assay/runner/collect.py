@@ -1,19 +1,27 @@
 """Inside the sandbox: run the detector, then hand its result files to the harness through one inherited pipe.
 
 Run as ``python -I -S collect.py FD OUTPUT_DIR NAME... -- ARGV...`` (standard library only: no site, no
-``assay``). The output folder lives on the sandbox's own size-bounded tmpfs, which vanishes with the sandbox,
-so the harness cannot read it afterwards; this script reads the requested files once the detector has exited
-and every process it left behind is killed, and writes them as one JSON object to ``FD``. The detector never
-holds ``FD`` (it is closed for the child), so it cannot write to the host; a detector that kills or ptraces
-this script can at most spoil its own result, which the harness parses with a size cap.
+``assay``) as the sandbox's pid 1 (bubblewrap's ``--as-pid-1``). The output folder lives on the sandbox's own
+size-bounded tmpfs, which vanishes with the sandbox, so the harness cannot read it afterwards; this script
+reads the requested files once the detector has exited and every other process of the sandbox is dead, and
+writes them, with the detector's exit status, as one frame (``frame``) to ``FD``; then it exits 0.
 
-The exit status is the detector's, with a signal ``N`` reported as ``128 + N`` like a shell.
+The detector runs as the same user, so this script keeps it out in three ways. As the pid namespace's init
+with no signal handler, it takes no signal from inside at all (the kernel drops them, SIGKILL and SIGSTOP
+included), so it cannot be stopped, killed or interrupted by the detector. It makes itself non-dumpable
+before the detector starts, so ``/proc/1/fd/FD``, ``/proc/1/mem`` and ptrace are refused: the detector
+cannot write to the pipe (it never holds ``FD`` either: it is closed for the child). And the harness takes
+the stream only when it is exactly one frame followed by end of file from a sandbox that exited 0
+(``unframe``), so anything less (a collector killed from outside, say by the kernel for memory) is
+reported as a lost collector, never scored.
 """
 
 import base64
 import contextlib
+import ctypes
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -22,6 +30,11 @@ import sys
 MAX_OUTPUT_BYTES = 16 * 2**20  # per result file; assay.runner.workspace uses the same cap at weaker levels
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_MAGIC = b"assay-collect/1 "
+_END = b"\nend\n"
+_HEADER = re.compile(re.escape(_MAGIC) + rb"(0|[1-9][0-9]{0,9})\n")
+_PR_SET_DUMPABLE = 4  # linux/prctl.h
+NOT_INIT = 125  # exit status when not the sandbox's pid 1: the detector is not run at all
 
 
 def read_regular(root: str | os.PathLike[str], *parts: str) -> bytes | None:
@@ -61,32 +74,95 @@ def _read(folder: str, name: str) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def _kill_the_rest() -> None:
-    """SIGKILL every other process of the sandbox's pid namespace, so nothing rewrites the output now.
+def frame(status: int, files: dict[str, str | None]) -> bytes:
+    """The one message the harness accepts: a header with the body's length, the JSON body (the detector's
+    exit status and each file as base64 or null) and an end line."""
+    body = json.dumps({"status": status, "files": files}, sort_keys=True).encode()
+    return _MAGIC + b"%d\n" % len(body) + body + _END
 
-    Only inside a fresh pid namespace (bwrap is pid 1, this script pid 2): ``kill(-1)`` anywhere else would
-    reach every process of the user.
+
+def unframe(raw: bytes) -> tuple[int, dict[str, str | None]] | None:
+    """``(status, files)`` when ``raw`` is exactly one frame, else None (a second frame, a cut one, bytes
+    before or after it, or a body of the wrong shape)."""
+    header = _HEADER.match(raw)
+    if header is None:
+        return None
+    start = header.end()
+    end = start + int(header.group(1))
+    if raw[end:] != _END:
+        return None
+    try:
+        body = json.loads(raw[start:end])
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or set(body) != {"status", "files"}:
+        return None
+    status, files = body["status"], body["files"]
+    if type(status) is not int or not isinstance(files, dict):
+        return None
+    if not all(isinstance(value, str | None) for value in files.values()):
+        return None
+    return status, files
+
+
+def _guard() -> bool:
+    """Take no signal from the detector and refuse it our ``/proc`` entries; False unless pid 1.
+
+    Pid 1 of a pid namespace gets only the signals it has a handler for from inside it, so Python's
+    SIGINT handler goes; being non-dumpable puts ``/proc/1/fd`` and ptrace out of a same-user reach.
     """
-    if os.getpid() > 3:
-        return
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)  # in a pid namespace: everyone but pid 1 and ourselves
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if os.getpid() != 1:
+        return False
+    return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def _wait_for(pid: int) -> int:
+    """Reap children (orphans come to pid 1) until ``pid`` exits; its status, a signal N as 128 + N."""
+    while True:
+        done, status = os.waitpid(-1, 0)
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+
+
+def _kill_the_rest() -> None:
+    """SIGKILL every other process of the sandbox's pid namespace and reap them all, so nothing rewrites
+    the output now (we are pid 1: ``kill(-1)`` reaches everyone but us, and everyone is our child)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _run(command: list[str]) -> int:
+    """Start the detector without our descriptors and wait for it; 127 when it cannot start."""
+    try:
+        child = subprocess.Popen(command, close_fds=True)
+    except OSError as err:
+        print(f"cannot start the detector: {err}", file=sys.stderr)
+        return 127
+    code = _wait_for(child.pid)
+    child.returncode = code  # reaped here: Popen must not wait for it again
+    return code
 
 
 def main(argv: list[str]) -> int:
     split = argv.index("--")
     fd, folder, names, command = int(argv[0]), argv[1], argv[2:split], argv[split + 1 :]
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
-        code = subprocess.call(command, close_fds=True)
-    except OSError as err:
-        print(f"cannot start the detector: {err}", file=sys.stderr)
-        code = 127
+    if not _guard():
+        print("collect.py: not the sandbox's pid 1 (or cannot make itself non-dumpable)", file=sys.stderr)
+        return NOT_INIT
+    status = _run(command)
     _kill_the_rest()
     found = {name: _read(folder, name) for name in names}
-    with os.fdopen(fd, "w") as pipe:
-        json.dump(found, pipe)
-    return 128 - code if code < 0 else code
+    with os.fdopen(fd, "wb") as pipe:
+        pipe.write(frame(status, found))
+    return 0
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from assay.errors import UserError
 from assay.runner.collect import read_regular
 from assay.runner.images import DOCKER_ARCHIVE, OCI_ARCHIVE, ImageArchive, archive_format, read_archive
 from assay.runner.process import Finished, run_limited
+from assay.runner.procview import podman_flags
 from assay.runner.sandbox import (
     INSIDE_FOLDERS,
     environment,
@@ -426,6 +427,7 @@ def podman_command(
     if limits.memory_bytes is not None:
         argv += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
     argv += ["--log-driver", "passthrough", "--timeout", str(math.ceil(wall) + _BACKSTOP_S)]
+    argv += podman_flags(limits.memory_bytes)  # no host-wide /proc counter: no channel between runs
     size = limits.scratch_bytes
     if space.bounded:  # one tmpfs of ``size`` holds them all
         for source, target in (("scratch", inside.scratch), ("tmp", "/tmp"), ("shm", "/dev/shm")):
@@ -474,6 +476,8 @@ def _describe(spec: ImageSpec, image_ref: str, task: Task, space: _Space) -> str
     parts = [f"{engine}: image {shown}", "read-only root with staged inputs only"]
     parts.append("network allowed" if limits.network else "no network")
     parts.append(f"{limits.scratch_bytes / 2**20:.0f} MiB private scratch")
+    if spec.kind != "sif":
+        parts.append("host-wide /proc counters hidden")
     if not space.bounded:
         parts.append("output folder not size-bounded (no tmpfs could be mounted)")
     parts += ["no capabilities", f"the harness's user ({os.getuid()})"]
@@ -518,7 +522,7 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
     spec = parse_image(task.image)
     engine = sif_engine() if spec.kind == "sif" else None
     if engine is None and (reason := podman_missing()):
-        raise UserError(f"task {task.key!r} runs an OCI image and {reason}")
+        raise UserError(f"this job runs an OCI image and {reason}")  # no task key: it names the model
     check_sources(_image_stage(task))
     _binds(task)  # refuse unmountable paths before anything starts
     worker = f"{socket.gethostname()}:{os.getpid()}"

@@ -8,8 +8,11 @@ reserves the CPUs, GPUs and memory each task's limits ask for.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import os
+import socket
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -99,6 +102,55 @@ def _put_file(ray: Any, file: Path) -> Any:
         file.unlink()
 
 
+HEAD_TIMEOUT_S = 5.0  # how long the head may take to answer before it counts as unreachable
+
+
+def _check_head(ray: Any, address: str, timeout: float = HEAD_TIMEOUT_S) -> None:
+    """A ``UserError`` naming what to fix when the head at ``HOST:PORT`` cannot be reached, does not answer
+    as a Ray head, or refuses this process's token. ``ray.init`` retried these for 20 s (a token) to
+    minutes (no head) and ended in a traceback; a TCP connect and one GCS call answer in seconds."""
+    _check_port(address, timeout)
+    standalone = getattr(getattr(ray._raylet, "InnerGcsClient", None), "standalone", None)
+    if standalone is None:  # another Ray: leave it to ray.init
+        return
+    try:
+        with _native_stderr_muted():
+            standalone(address, None, round(timeout * 1000))
+    except ray.exceptions.AuthenticationError:
+        raise UserError(
+            f"the Ray head at {address} refused this process: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN "
+            "(or RAY_AUTH_TOKEN_PATH) to the cluster's token (docs/deploy.md)"
+        ) from None
+    except ray.exceptions.RpcError as err:
+        raise UserError(f"{address} does not answer as a Ray head ({err}); check --address") from None
+
+
+def _check_port(address: str, timeout: float) -> None:
+    """Whether anything listens at ``HOST:PORT``: a refused or silent port is a one-line ``UserError``."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        raise UserError(
+            f"cannot reach the Ray head at {address} ({reason}): start it with 'ray start --head "
+            "--port=PORT' or fix --address (docs/deploy.md)"
+        ) from None
+
+
+@contextlib.contextmanager
+def _native_stderr_muted() -> Iterator[None]:
+    """Ray's C++ client logs every failed try on file descriptor 2; the one line raised says it all."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 class RayExecutor:
     """Tasks as Ray tasks that reserve ``cpus``, ``gpus`` and ``memory`` from each task's limits, on nodes
     that share no file system with the submitter.
@@ -134,9 +186,18 @@ class RayExecutor:
         self._packed: dict[tuple[Path, tuple], str] = {}  # (source, signature) -> hash, of the last map
         self._refs: dict[str, Any] = {}  # hash -> object in the store, of the last map
 
+    def connect(self) -> None:
+        """Join the cluster now (``ray.init``) unless already joined. A head that is not there or that
+        refuses this process's token is one line, within seconds (``_check_head``), not Ray's minute of
+        retries ending in a traceback; ``make_executor`` calls this, so a worker fails before taking work."""
+        if self.ray.is_initialized():
+            return
+        if self.address not in (None, "auto") and not self.address.startswith("ray://"):
+            _check_head(self.ray, self.address)
+        self.ray.init(address=self.address, **self.init_kwargs)
+
     def _remote(self, function: Callable[..., Any]) -> Any:
-        if not self.ray.is_initialized():
-            self.ray.init(address=self.address, **self.init_kwargs)
+        self.connect()
         if function not in self._remotes:
             self._remotes[function] = self.ray.remote(function)
         return self._remotes[function]
@@ -224,5 +285,7 @@ def make_executor(name: str, workers: int = 1, address: str | None = None) -> Ex
             raise UserError("--address is for the ray executor; the local executor runs on this machine")
         return LocalExecutor(workers)
     if name == "ray":
-        return RayExecutor(address)
+        executor = RayExecutor(address)
+        executor.connect()
+        return executor
     raise UserError(f"unknown executor {name!r}; choose local or ray")

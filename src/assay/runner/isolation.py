@@ -2,18 +2,27 @@
 
 Three levels, best first, detected at run time by trying them once:
 
-- ``bwrap``: bubblewrap. An empty root (deny by default) into which only an allow-list is bound read-only:
-  the system libraries, this Python and ``assay``, and the task's input folder (copies under neutral
-  names, see ``assay.runner.workspace``); the task's scratch, output, ``/dev/shm`` and ``/tmp`` are folders
-  of one size-bounded tmpfs of its own (``/dev/shm`` and ``/tmp`` are links into it), so a run's private
-  pages are bounded by that one size; it vanishes with the run. No network, own pid namespace (everything
-  dies with the detector), all capabilities dropped (as root, capabilities would let it mount the host's
-  disk), and, with bubblewrap 0.8 or later, no nested user namespaces (in one of its own a detector would
-  hold every capability again: it could mount a tmpfs outside the size bound, or probe the kernel).
-- ``unshare``: ``unshare -n -p -f --kill-child`` cuts the network and gives an own pid namespace (so a child
-  that calls ``setsid`` still dies with the detector); paths are not hidden and the file system is writable.
-  The detector is pid 1 there, so signals it sends itself without a handler are ignored.
-- ``none``: a plain subprocess in its own process group.
+- ``bwrap``: bubblewrap. An empty root (deny by default) into which only an allow-list is bound read-only: the
+  system libraries, this Python and ``assay``, and the task's input folder (copies under neutral names, see
+  ``assay.runner.workspace``); the task's scratch, output, ``/dev/shm`` and ``/tmp`` are folders of one
+  size-bounded tmpfs of its own (``/dev/shm`` and ``/tmp`` are links into it), so a run's private pages are
+  bounded by that one size; it vanishes with the run. Host-wide ``/proc`` counters (free memory, load, CPU
+  time, ...) are hidden behind fixed files (``procview``), so two runs cannot signal each other through them.
+  No network, own pid namespace (everything dies with the detector), all capabilities dropped (as root,
+  capabilities would let it mount the host's disk), and, with bubblewrap 0.8 or later, no nested user
+  namespaces (in one of its own a detector would hold every capability again: it could mount a tmpfs outside
+  the size bound, or probe the kernel).
+- ``unshare``: ``unshare --user --mount --pid --net`` and ``readonly.py``: a read-only view of this machine's
+  files (all of them can be read, none written) with only the run's scratch and output folders and a
+  private ``/dev/shm`` writable, no capabilities, no network and an own pid namespace (so a child that calls
+  ``setsid`` still dies with the detector). Paths are not hidden. The detector is pid 1 there, so signals
+  it sends itself without a handler are ignored.
+- ``none``: a plain subprocess in its own process group. Run by root, it runs as a throwaway uid that may
+  read every file but write only its own folders and world-writable ones (``readonly.py``); run by anyone
+  else, it runs as that user and may write what they may (``host_view`` says so: the leaderboard refuses
+  it for practice jobs).
+
+``isolation_problem`` keeps the failing probe's own error (bubblewrap's, say) for a worker to log.
 """
 
 from __future__ import annotations
@@ -25,13 +34,16 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from assay.errors import UserError
+from assay.runner.procview import proc_binds
 
 LEVELS = ("bwrap", "unshare", "none")
-_UNSHARE_FLAGS = ("--net", "--pid", "--fork", "--kill-child")
+_UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--propagation", "private", "--pid", "--fork")
+READONLY = str(Path(__file__).with_name("readonly.py"))
 
 
 INSIDE = Path("/task")  # the task's own tmpfs inside a bwrap sandbox: input/, scratch/, output/, shm/, tmp/
@@ -49,39 +61,79 @@ class Mounts:
     ``readonly``: host paths shown read-only at the same place (the runtime, extra inputs).
     ``input``: the host folder shown read-only as ``/task/input`` (the task's staged copies).
     ``private_bytes``: the size of the task's own tmpfs (scratch, output, /dev/shm and /tmp together).
+    ``memory_bytes``: the run's memory limit, shown as its total, free and available memory in
+    ``/proc/meminfo`` (``assay.runner.procview``; None: this machine's total).
+    ``writable``: at the ``unshare`` and ``none`` levels, the host folders the run may write (its scratch
+    and output); ``private_bytes`` is then the size of its own ``/dev/shm``.
     """
 
     readonly: list[Path] = field(default_factory=list)
     input: Path | None = None
     private_bytes: int = 2**30
+    memory_bytes: int | None = None
     network: bool = False
     gpus: bool = False
+    writable: list[Path] = field(default_factory=list)
+
+
+def _attempt(argv: list[str]) -> str | None:
+    """None when a sandbox command runs this Python here, else its error as one line: installed is not
+    enough (containers may forbid it). Python, not ``true``: the runtime is all a slim image is sure to hold
+    (ours has no coreutils)."""
+    try:
+        done = subprocess.run([*argv, sys.executable, "-c", ""], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        return one_line(str(err)) or type(err).__name__
+    if done.returncode == 0:
+        return None
+    return one_line(done.stderr.decode(errors="replace")) or f"{argv[0]} exited with status {done.returncode}"
+
+
+def one_line(text: str) -> str:
+    """A command's error as one line: its last non-blank line (a command's own message ends its stderr)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def _works(argv: list[str]) -> bool:
-    """Whether a sandbox command runs this Python here: installed is not enough (containers may forbid
-    it). Python, not ``true``: the runtime is all a slim image is sure to hold (ours has no coreutils)."""
-    try:
-        done = subprocess.run([*argv, sys.executable, "-c", ""], capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+    return _attempt(argv) is None
+
+
+def _problem(level: str) -> str | None:
+    """Why ``level`` does not work here (one line), probed with the very command line tasks get."""
+    if level == "bwrap":
+        # The very sandbox tasks get, so a machine that allows bwrap but not, say, its tmpfs size is caught.
+        return "bwrap not found on PATH" if shutil.which("bwrap") is None else _attempt(bwrap_argv(Mounts()))
+    if level == "unshare" and shutil.which("unshare") is None:
+        return "unshare not found on PATH"
+    if level in ("unshare", "none"):
+        with tempfile.TemporaryDirectory(prefix="assay-probe-") as folder:
+            return _attempt(command(level, [], Mounts(writable=[Path(folder)], private_bytes=2**20)))
+    return f"unknown isolation {level!r}"
+
+
+_PROBLEMS: dict[str, str | None] = {}
 
 
 @functools.cache
 def _probe(level: str) -> bool:
-    if level == "bwrap":
-        # The very sandbox tasks get, so a machine that allows bwrap but not, say, its tmpfs size is caught.
-        return shutil.which("bwrap") is not None and _works(bwrap_argv(Mounts()))
-    if level == "unshare":
-        unshare = shutil.which("unshare")
-        return unshare is not None and _works([unshare, *_UNSHARE_FLAGS, "--"])
-    return level == "none"
+    _PROBLEMS[level] = _problem(level)
+    return _PROBLEMS[level] is None
+
+
+def isolation_problem(level: str) -> str | None:
+    """Why ``level`` does not work on this machine, as one line (the failing command's own error, such as
+    bubblewrap's ``Can't mkdir parents for ...``), or None when it works. Probed once per process with
+    ``_probe`` (clearing ``_probe``'s cache probes again), so a worker's pre-flight check can log it."""
+    if _probe(level):
+        return None
+    return _PROBLEMS.get(level) or f"isolation {level!r} does not work on this machine"
 
 
 def isolation_available() -> str:
-    """The best isolation level this machine supports: ``bwrap``, ``unshare`` or ``none``."""
-    return next(level for level in LEVELS if _probe(level))
+    """The best isolation level this machine supports: ``bwrap``, ``unshare`` or ``none`` (``none`` also
+    when its own probe fails: a run then fails with the reason)."""
+    return next((level for level in LEVELS if _probe(level)), "none")
 
 
 def levels_available() -> list[str]:
@@ -179,16 +231,21 @@ def _namespaces() -> list[str]:
 def bwrap_argv(mounts: Mounts) -> list[str]:
     """The bubblewrap prefix: an empty, read-only root with only the allow-listed paths bound into it.
 
-    Order matters: later mounts sit on top of earlier ones, and the remounts come last. The task's tmpfs
-    and the ``/tmp`` link come before the runtime binds: a runtime path may lie under ``/tmp`` (a checkout
-    or virtual environment there), and its mount point then goes on that tmpfs.
+    Order matters: later mounts sit on top of earlier ones, and the remounts come last. ``/proc`` is fresh,
+    with fixed files over its host-wide counters (``procview``). The ``/tmp`` link is relative
+    (``task/tmp``): bubblewrap builds the root below a folder of its own, where an absolute link would lead
+    to the host's ``/task/tmp``, so no mount point for a runtime path under ``/tmp`` (a checkout or virtual
+    environment there, reached through links or not) could be made; the relative link puts them on the
+    task's tmpfs. The command is pid 1 (``--as-pid-1``): the collector, which then takes no signal from the
+    detector (``collect.py``).
     """
-    argv = ["bwrap", "--tmpfs", "/", "--proc", "/proc", *_devices(mounts.gpus)]
+    argv = ["bwrap", "--tmpfs", "/", "--proc", "/proc", *proc_binds(mounts.memory_bytes)]
+    argv += _devices(mounts.gpus)
     argv += ["--size", str(mounts.private_bytes), "--tmpfs", str(INSIDE)]
     argv += [arg for name in ("input", "scratch", "output") for arg in ("--dir", str(INSIDE / name))]
     argv += [arg for name in ("shm", "tmp") for arg in ("--perms", "1777", "--dir", str(INSIDE / name))]
-    argv += ["--symlink", str(INSIDE / "tmp"), "/tmp", *_namespaces()]
-    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += ["--symlink", str(INSIDE.relative_to("/") / "tmp"), "/tmp", *_namespaces()]
+    argv += ["--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += ["--hostname", "sandbox"] if hostname_settable() else []
     if not mounts.network:
         argv.append("--unshare-net")
@@ -202,24 +259,60 @@ def bwrap_argv(mounts: Mounts) -> list[str]:
 
 def wrap(level: str, argv: list[str], mounts: Mounts) -> tuple[list[str], str]:
     """The full command line for ``level`` and a one-line description of what it protects."""
+    return command(level, argv, mounts), describe(level, mounts)
+
+
+def command(level: str, argv: list[str], mounts: Mounts) -> list[str]:
+    """``argv`` run at ``level``."""
     if level == "bwrap":
-        parts = ["empty read-only root with inputs and runtime only"]
-        parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
-        parts.append("network allowed" if mounts.network else "no network")
-        parts += ["own pid namespace", "no capabilities"]
-        if not hostname_settable():
-            parts.append("the container's hostname (its seccomp profile forbids naming the sandbox)")
-        if nested_userns_disabled():
-            parts.append("no nested user namespaces")
-        else:
-            shown = ".".join(map(str, bwrap_version())) or "unknown"
-            parts.append(f"nested user namespaces NOT disabled (bubblewrap {shown}; 0.8 or later can)")
-        return bwrap_argv(mounts) + argv, "bwrap: " + ", ".join(parts)
+        return bwrap_argv(mounts) + argv
     if level == "unshare":
-        if mounts.network:
-            described = "unshare: own pid namespace, network allowed; paths not hidden, file system writable"
-            return ["unshare", "--pid", "--fork", "--kill-child", "--", *argv], described
-        described = "unshare: no network, own pid namespace; paths not hidden, file system writable"
-        return ["unshare", *_UNSHARE_FLAGS, "--", *argv], described
-    why = "neither bwrap nor unshare is available" if isolation_available() == "none" else "chosen"
-    return argv, f"none: {why}; network not cut off, paths not hidden"
+        flags = [*_UNSHARE_FLAGS, "--kill-child", *([] if mounts.network else ["--net"])]
+        return ["unshare", *flags, "--", *_readonly("namespace", mounts, argv)]
+    return _readonly("user", mounts, argv) if os.geteuid() == 0 else argv
+
+
+def describe(level: str, mounts: Mounts) -> str:
+    """What a run at ``level`` with ``mounts`` is protected by, in one line (the job log shows it)."""
+    network = "network allowed" if mounts.network else "no network"
+    if level == "unshare":
+        return f"unshare: {network}, own pid namespace, {host_view(level)}; paths not hidden"
+    if level == "none":
+        why = "neither bwrap nor unshare is available" if isolation_available() == "none" else "chosen"
+        view = host_view(level) or "it could write whatever this user may"
+        return f"none: {why}; {view}; network not cut off, paths not hidden"
+    parts = ["empty read-only root with inputs and runtime only"]
+    parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
+    parts += ["host-wide /proc counters hidden", network, "own pid namespace", "no capabilities"]
+    if not hostname_settable():
+        parts.append("the container's hostname (its seccomp profile forbids naming the sandbox)")
+    if nested_userns_disabled():
+        parts.append("no nested user namespaces")
+    else:
+        shown = ".".join(map(str, bwrap_version())) or "unknown"
+        parts.append(f"nested user namespaces NOT disabled (bubblewrap {shown}; 0.8 or later can)")
+    return "bwrap: " + ", ".join(parts)
+
+
+def _readonly(mode: str, mounts: Mounts, argv: list[str]) -> list[str]:
+    """``argv`` run through ``readonly.py`` in ``mode``, with the run's own folders writable."""
+    folders = [str(Path(folder).resolve()) for folder in mounts.writable]
+    return [sys.executable, "-I", "-S", READONLY, mode, str(mounts.private_bytes), *folders, "--", *argv]
+
+
+def host_view(level: str) -> str | None:
+    """What a run at ``level`` could read and write of this machine's files, for the job log; None when it
+    could write outside its own folders (``none`` run by a user other than root)."""
+    if level == "bwrap":
+        return "only its inputs and the runtime, read-only; wrote only its own private scratch"
+    if level == "unshare":
+        return (
+            "a read-only view of this machine's files (it could read them, including other rounds' data); "
+            "it wrote only its scratch and output"
+        )
+    if os.geteuid() == 0:
+        return (
+            "this machine's files read-only, as a throwaway user (it could read them, including other "
+            "rounds' data); it wrote only its scratch, its output and world-writable folders such as /tmp"
+        )
+    return None

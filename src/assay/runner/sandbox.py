@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
+import dataclasses
 import math
 import os
 import socket
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from assay.errors import UserError
 from assay.runner.cgroup import joiner, task_cgroup
-from assay.runner.collect import MAX_OUTPUT_BYTES
-from assay.runner.isolation import INSIDE, Mounts, choose, isolation_available, wrap
+from assay.runner.collect import MAX_OUTPUT_BYTES, unframe
+from assay.runner.isolation import INSIDE, Mounts, choose, isolation_available, isolation_problem, wrap
 from assay.runner.process import Finished, run_limited
 from assay.runner.task import Limits, Task, TaskResult
 from assay.runner.workspace import Workspace, check_sources, read_output, stage_in, workspace
@@ -101,8 +101,8 @@ def environment(task: Task, space: Folders) -> dict[str, str]:
 def memory_killed(limits: Limits, finished: Finished, collector_lost: bool = False) -> bool:
     """Best effort: a failed run under a memory limit that died by SIGKILL or printed an allocation error.
 
-    When the collector was lost, its exit status (often a SIGKILL the detector sent it) says nothing about
-    memory: only an allocation error or a peak near the limit counts then.
+    When the collector was lost, the exit status is its own (say a SIGKILL from outside the sandbox), not the
+    detector's, so it says nothing about memory: only an allocation error or a peak near the limit counts.
     """
     if limits.memory_bytes is None or finished.timed_out or finished.exit_code in (0, None):
         return False
@@ -131,13 +131,22 @@ def not_started(task: Task, worker: str) -> TaskResult:
     )
 
 
-def _collected(raw: bytes, names: list[str]) -> dict[str, bytes | None] | None:
-    """The collector's JSON of base64 files; None when none came or it is malformed (the collector was
-    killed, or a detector meddled with it)."""
+def collected(
+    raw: bytes, exit_code: int | None, names: list[str]
+) -> tuple[int, dict[str, bytes | None]] | None:
+    """The detector's exit status and result files from the collector's side pipe; None when the collector
+    was lost: the sandbox (whose exit status is the collector's) did not exit 0, or the stream is not exactly
+    one frame (``collect.unframe``). A detector cannot write a frame of its own (see ``collect.py``); should
+    it find a way, a second frame or a killed collector still spoils the whole answer, never forges it."""
+    message = unframe(raw) if exit_code == 0 else None
+    if message is None:
+        return None
+    status, files = message
     try:
-        found = json.loads(raw)
-        return {name: None if found.get(name) is None else base64.b64decode(found[name]) for name in names}
-    except (ValueError, TypeError, AttributeError, binascii.Error):
+        return status, {
+            name: None if files.get(name) is None else base64.b64decode(files[name]) for name in names
+        }
+    except (ValueError, binascii.Error):
         return None
 
 
@@ -147,6 +156,7 @@ def _bwrap_command(task: Task, space: Workspace) -> tuple[list[str], str]:
         readonly=list(task.readonly),
         input=space.input,
         private_bytes=task.limits.scratch_bytes,
+        memory_bytes=task.limits.memory_bytes,
         network=task.limits.network,
         gpus=task.limits.gpus > 0,
     )
@@ -156,30 +166,55 @@ def _bwrap_command(task: Task, space: Workspace) -> tuple[list[str], str]:
 
 
 def _refuse_unsealed(level: str, task: Task) -> None:
+    """Refuse a sealed task below bwrap, in one line with bubblewrap's own error. It names no task: the key
+    is the model's name, and the line reaches the job log a team reads."""
     if task.require_isolation and level != "bwrap":
+        why = isolation_problem("bwrap") or "bwrap works here, but the caller asked for less"
         raise UserError(
-            f"task {task.key!r} needs bwrap isolation and this machine offers {level!r}: install bubblewrap, "
+            f"this job needs bwrap isolation and this machine offers {level!r} ({why}): install bubblewrap, "
             "or have the organiser allow unisolated runs for the round (logged on every job)"
         )
 
 
 def _run(task: Task, level: str, space: Workspace, wall: float, join: Callable[[], None] | None) -> tuple:
-    """Start the task at ``level``; its Finished record, its outputs (None: the collector was lost) and the
-    isolation it had."""
-    limits = task.limits
-    data_only = limits.gpus > 0  # RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS
+    """Start the task at ``level``; its Finished record, its outputs, the isolation it had, and whether the
+    collector was lost (bwrap only)."""
     if level == "bwrap":
-        argv, described = _bwrap_command(task, space)
-        env = environment(task, INSIDE_FOLDERS)
-        cap = len(task.outputs) * (MAX_OUTPUT_BYTES * 4 // 3 + 512) + 64
-        finished = run_limited(argv, env, "/", wall, limits.memory_bytes, data_only, cap, join)
-        outputs = _collected(finished.collected, task.outputs)
-        lost = outputs is None and not finished.timed_out and finished.exit_code is not None
-        return finished, outputs or dict.fromkeys(task.outputs), described, lost
+        return _run_sealed(task, space, wall, join)
+    return _run_below(task, level, space, wall, join)
+
+
+def _run_sealed(task: Task, space: Workspace, wall: float, join: Callable[[], None] | None) -> tuple:
+    """bwrap: the outputs and the detector's exit status come from the collector's one frame; without it
+    (and not timed out) the collector was lost, and the exit status is the sandbox's own."""
+    limits = task.limits
+    argv, described = _bwrap_command(task, space)
+    env = environment(task, INSIDE_FOLDERS)
+    cap = len(task.outputs) * (MAX_OUTPUT_BYTES * 4 // 3 + 512) + 512
+    data_only = limits.gpus > 0  # RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS
+    finished = run_limited(argv, env, "/", wall, limits.memory_bytes, data_only, cap, join)
+    answer = None if finished.timed_out else collected(finished.collected, finished.exit_code, task.outputs)
+    if answer is None:
+        lost = not finished.timed_out and finished.exit_code is not None
+        return finished, dict.fromkeys(task.outputs), described, lost
+    return dataclasses.replace(finished, exit_code=answer[0]), answer[1], described, False
+
+
+def _run_below(
+    task: Task, level: str, space: Workspace, wall: float, join: Callable[[], None] | None
+) -> tuple:
+    """``unshare`` or ``none``: the run's own host folders; what else it may write is the level's
+    (``isolation.host_view``: nothing, but for ``none`` run by a user other than root)."""
+    limits = task.limits
     folders = Folders(space.input, space.scratch, space.output)
-    argv, described = wrap(level, [fill(arg, folders) for arg in task.argv], Mounts(network=limits.network))
+    mounts = Mounts(
+        network=limits.network, writable=[space.scratch, space.output], private_bytes=limits.scratch_bytes
+    )
+    argv, described = wrap(level, [fill(arg, folders) for arg in task.argv], mounts)
     env = environment(task, folders)
-    finished = run_limited(argv, env, str(space.scratch), wall, limits.memory_bytes, data_only, join=join)
+    finished = run_limited(
+        argv, env, str(space.scratch), wall, limits.memory_bytes, limits.gpus > 0, join=join
+    )
     return finished, {name: read_output(space, name) for name in task.outputs}, described, False
 
 

@@ -110,9 +110,10 @@ class TaskResult:
     ``stdout``/``stderr`` keep the last 64 KiB. ``worker`` is ``hostname:pid`` of the harness process.
     ``deadline_reached``: stopped (or never started) because the shared ``Task.deadline`` came first.
     ``peak_memory_bytes``: the largest resident set of the run's processes that were waited for.
-    ``collector_lost``: under bwrap, the result collector never handed the results back (the detector
-    killed it, or it died): the outputs are all None and the exit code is the collector's, not the
-    detector's, so it is no evidence of a memory kill. ``node``: the Ray node it ran on ("" off Ray).
+    ``collector_lost``: under bwrap, the result collector never handed back one whole answer (it was killed
+    from outside the sandbox, say by the kernel; the detector can neither signal it nor write for it): the
+    outputs are all None and the exit code is the collector's, not the detector's, so it is no evidence of a
+    memory kill. ``node``: the Ray node it ran on ("" off Ray).
     """
 
     key: str

@@ -11,8 +11,8 @@ automatic switch to ``firth`` (Firth's penalised logistic regression and its pen
 does not exist. ``clustered``: cluster-robust (one- and two-way) covariances, the clustered difference of two
 shares, and the Rao-Scott design-effect correction of LR tests. ``power``: power and sample size of the
 two-proportion test (statsmodels, arcsine scale) with a design effect for clustered observations.
-``disclosure``: a score coarsened to bins of label vectors, so that showing it reveals at most a set number
-of bits about the hidden labels (the leaderboard's test-split budget).
+``disclosure``: a score coarsened to a fixed grid of at most 2^bits cells (at most ``bits`` bits on
+average), or to bins of label vectors (at most ``bits`` in every outcome): the leaderboard's test budget.
 
 Names are loaded on first use (PEP 562), so a caller that needs only the tails (``assay dyepack fpr``) does
 not import scipy.stats, krippendorff or statsmodels.
@@ -50,9 +50,14 @@ _HOME = {
     "roc_auc": "detection",
     "roc_curve": "detection",
     "tpr_at_fpr": "detection",
+    "Cell": "disclosure",
+    "GridInformation": "disclosure",
     "Partition": "disclosure",
     "Shown": "disclosure",
     "disclose": "disclosure",
+    "grid_cell": "disclosure",
+    "grid_edges": "disclosure",
+    "grid_information": "disclosure",
     "partition": "disclosure",
     "LRTestResult": "lrtest",
     "LogitLRTest": "lrtest",

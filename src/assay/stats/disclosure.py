@@ -1,4 +1,14 @@
-"""How much a shown score reveals about hidden labels, and scores coarsened so it reveals at most ``bits``.
+"""How much a shown score reveals about hidden labels, and two ways to coarsen it: a fixed grid and bins.
+
+Two mechanisms, for two guarantees (docs/leaderboard.md defends both):
+
+- ``grid_cell`` (the default): the score is shown as its cell of a fixed grid of at most 2^bits cells on
+  the metric's own scale, fixed by the metric and ``bits`` before any label is read. A showing is then one
+  of at most 2^bits values, so on average (over the labels, whatever the attacker believes) it reveals at
+  most ``bits`` bits, and the Ladder's bound on adaptive overfitting holds. Single outcomes may reveal
+  more: ``grid_information`` counts them exactly. Cross entropy gets cells 1/200 of [0, 1] wide for 8 bits
+  (0.005) and geometric cells above 1; bounded metrics equal cells on [0, 1].
+- ``partition``/``disclose`` (worst case, "bins"), below.
 
 A detector's score on sequestered models is a function of its own answers ``p`` (which its team knows) and
 the hidden labels ``y``. Shown exactly, one cross entropy can single out ``y`` among all 2^n label vectors:
@@ -32,6 +42,72 @@ EPSILON = 1e-12  # NIST's clipping of probabilities in the log score (assay.stat
 MAX_LATTICE = 2**22  # lattice points over the whole score range: about 32 MiB of counts at most
 ADDITIVE = ("cross_entropy", "brier")  # scores that are a mean of per-model losses
 _MARGIN = 1.0 + 1e-12
+
+
+CE_MAX = -math.log(EPSILON)  # the largest cross entropy NIST's clipping allows (27.63)
+FINE_SHARE = 200 / 256  # of the grid's cells, the share that covers cross entropy 0..1 evenly
+MAX_CELLS = 2**24  # a grid finer than this shows nothing an organiser could use, and costs memory
+BOUNDED = ("brier", "roc_auc", "ece", "tpr_at_5_fpr")  # metrics on [0, 1]: an even grid
+
+
+def grid_edges(metric: str, bits: float) -> np.ndarray:
+    """The cell edges of the grid for ``metric`` at ``bits``: at most 2^bits cells, fixed before any label.
+
+    Cross entropy: ``round(2^bits * 200/256)`` equal cells on [0, 1] (0.005 wide at 8 bits), the rest
+    geometric from 1 to ``CE_MAX``; bounded metrics: equal cells on [0, 1].
+    """
+    cells = int(min(MAX_CELLS, max(2.0, math.floor(2.0**bits))))
+    if metric in BOUNDED:
+        return np.linspace(0.0, 1.0, cells + 1)
+    if metric != "cross_entropy":
+        raise ValueError(f"no grid for {metric!r}: cross_entropy or one of {', '.join(BOUNDED)}")
+    fine = min(cells - 1, max(1, round(cells * FINE_SHARE)))
+    coarse = np.geomspace(1.0, CE_MAX, cells - fine + 1)
+    return np.concatenate((np.linspace(0.0, 1.0, fine + 1), coarse[1:]))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell: the score lies in [low, high]; ``cell`` counts from the lowest score (1-based)."""
+
+    low: float
+    high: float
+    cell: int
+    cells: int
+
+
+def grid_cell(value: float, edges: np.ndarray) -> Cell:
+    """The cell of ``edges`` holding ``value`` (a value on an edge belongs to the cell above it)."""
+    index = int(np.clip(np.searchsorted(edges, value, side="right") - 1, 0, len(edges) - 2))
+    return Cell(float(edges[index]), float(edges[index + 1]), index + 1, len(edges) - 1)
+
+
+@dataclass(frozen=True)
+class GridInformation:
+    """What the grid reveals about uniformly random labels, given a detector's answers (exact enumeration)."""
+
+    mean_bits: float  # the entropy of the shown cell: <= log2(cells) <= bits
+    bits: np.ndarray  # per label vector, n - log2(vectors showing the same cell)
+
+
+def grid_information(
+    predictions: np.ndarray, metric: str, bits: float, max_models: int = 22
+) -> GridInformation:
+    """Enumerate all 2^n label vectors (n <= ``max_models``) and count, for each, the vectors in its cell.
+
+    An additive metric only; exact (no lattice). The test suite and the docs' figures use it.
+    """
+    zero, one = loss_pair(predictions, metric)
+    n = len(zero)
+    if n > max_models:
+        raise ValueError(f"{n} models: enumerating 2^{n} label vectors is too much (at most {max_models})")
+    labels = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
+    scores = (zero.sum() + labels @ (one - zero)) / n
+    edges = grid_edges(metric, bits)
+    cells = np.clip(np.searchsorted(edges, scores, side="right") - 1, 0, len(edges) - 2)
+    counts = np.bincount(cells, minlength=len(edges) - 1)
+    per_vector = n - np.log2(counts[cells])
+    return GridInformation(mean_bits=float(per_vector.mean()), bits=per_vector)
 
 
 def loss_pair(predictions: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:

@@ -28,17 +28,29 @@ past the copied ids, then the schema is upgraded to this code's heads, so an old
 newer release. Paths under the old ``ASSAY_HOME`` (``PATH_COLUMNS``) are rewritten to the new one. The files
 are checked against the manifest's hashes first; on PostgreSQL the database work is one transaction, on
 SQLite it is written to a temporary file renamed into place, so a failure leaves nothing half-restored.
+
+**Runs an operator schedules** (issue 36). A backup is refused a target inside ``ASSAY_HOME``: the next
+backup would contain it, and the one after both. Backups already lying there (an older example put them
+there) are skipped. Every folder a run writes in (its staging under ``ASSAY_HOME``, the partial tar or
+restored database beside its target) is ``held_folder``: locked with ``flock`` while the run lives, so the
+next run removes those of killed runs (``remove_stale``; the lock dies with its process, even on SIGKILL,
+and a pid could be reused: in a container every run is pid 1) and leaves a concurrent run's alone.
+``stop_on_sigterm`` turns SIGTERM into ``Terminated``, so the same clean-up runs before the process exits.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import tarfile
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,7 +63,6 @@ from sqlalchemy.engine import make_url
 
 from assay import __version__
 from assay.errors import UserError
-from assay.fileio import atomic_path
 
 FORMAT = 1
 MANIFEST, DATABASE, HOME = "manifest.json", "database.sqlite", "home"
@@ -62,7 +73,13 @@ PATH_COLUMNS = {
     "submissions": ("artifact_path",),
 }
 SKIP_TOP = {"cache"}  # rebuildable: response and embedding caches
-SKIP_PREFIXES = (".incoming-", ".upload-", ".backup-", ".restore-")  # uploads in flight, our own staging
+STAGING = (".backup-", ".restore-")  # our staging folders under ASSAY_HOME
+# a folder beside a backup's tar or a restore's SQLite file, holding it while it is half-written
+PARTIAL = ".assay-partial-"
+SKIP_PREFIXES = (".incoming-", ".upload-", *STAGING, PARTIAL)  # uploads in flight, our own staging
+LOCK = ".lock"  # in a held folder: flocked while its run lives
+# a folder of ours without its lock (an older release's, or killed before locking) is stale after this
+UNLOCKED_AFTER_S = 3600
 SNAPSHOT_ATTEMPTS = 5
 BATCH = 1000
 
@@ -76,6 +93,8 @@ class BackupReport:
     bytes: int
     attempts: int  # snapshots taken until every held artifact was staged
     external_paths: list[str] = field(default_factory=list)  # paths the database names outside ASSAY_HOME
+    skipped_backups: list[str] = field(default_factory=list)  # earlier backups found under ASSAY_HOME
+    removed_stale: list[str] = field(default_factory=list)  # folders of killed runs removed first
 
 
 @dataclass
@@ -84,6 +103,87 @@ class RestoreReport:
     heads: list[str]  # after the upgrade
     tables: dict[str, int]
     files: int
+    removed_stale: list[str] = field(default_factory=list)  # folders of killed runs removed first
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived during a backup or restore (``stop_on_sigterm``). A ``BaseException``, so no
+    ``except Exception`` on the way swallows it and every ``finally`` removes what the run had written."""
+
+
+# --- runs that are killed or stopped -------------------------------------------------------------------
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """While the block runs (in the main thread), SIGTERM raises ``Terminated``: a scheduler's stop then
+    removes the staging folder and the half-written file instead of leaving them. A second SIGTERM during
+    that clean-up is ignored; SIGKILL leaves them to the next run (``remove_stale``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def handler(signum: int, frame: object) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise Terminated("stopped by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def held_folder(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new folder ``parent/prefix*``, flocked while the block runs and removed after it. The lock is the
+    kernel's: it ends with the process however it ends, so ``remove_stale`` can tell a dead run's folder from
+    a live one's."""
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    lock = os.open(folder / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(lock)
+
+
+def _abandoned(folder: Path) -> bool:
+    """No live run holds ``folder``: its lock can be taken (or, without a lock, it is an hour old)."""
+    try:
+        lock = os.open(folder / LOCK, os.O_RDWR)
+    except FileNotFoundError:
+        try:
+            return time.time() - folder.stat().st_mtime > UNLOCKED_AFTER_S
+        except OSError:
+            return False
+    except OSError:
+        return False  # another user's lock: not ours to judge
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: a run is using it
+    finally:
+        os.close(lock)
+    return True
+
+
+def remove_stale(parent: Path, prefixes: tuple[str, ...]) -> list[str]:
+    """Remove the folders ``parent/prefix*`` that killed runs left (see ``held_folder``); their paths."""
+    if not parent.is_dir():
+        return []
+    removed = []
+    for folder in sorted(parent.iterdir()):
+        ours = folder.name.startswith(prefixes) and folder.is_dir() and not folder.is_symlink()
+        if ours and _abandoned(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
 
 
 # --- the database ------------------------------------------------------------------------------------------
@@ -218,8 +318,23 @@ def _is_database_file(path: Path, url: str) -> bool:
     return path.resolve().name.startswith(database.name) and path.resolve().parent == database.parent
 
 
-def _home_files(home: Path, url: str) -> Iterator[Path]:
-    """Files and folders under ``home`` that belong in a backup, parents before children."""
+def _is_backup(path: Path) -> bool:
+    """``path`` is a tar this module wrote (its first member is the database): an earlier backup left
+    under ASSAY_HOME, never to be nested in this one. Other files cost one 512-byte read."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(512)[257:262] != b"ustar":
+                return False
+        with tarfile.open(path) as archive:
+            first = archive.next()
+    except (OSError, tarfile.TarError):
+        return False
+    return first is not None and first.name == DATABASE
+
+
+def _home_files(home: Path, url: str, skipped: set[str]) -> Iterator[Path]:
+    """Files and folders under ``home`` that belong in a backup, parents before children; earlier backups
+    (outside ``artifacts/``, whose files are a detector's own) are added to ``skipped`` instead."""
     for parent, folders, names in os.walk(home):
         here = Path(parent)
         folders[:] = sorted(
@@ -227,16 +342,21 @@ def _home_files(home: Path, url: str) -> Iterator[Path]:
         )
         for folder in folders:
             yield here / folder
+        artifact = here.relative_to(home).parts[:1] == ("artifacts",)
         for name in sorted(names):
             path = here / name
-            if not name.startswith(SKIP_PREFIXES) and not _is_database_file(path, url):
-                yield path
+            if name.startswith(SKIP_PREFIXES) or _is_database_file(path, url):
+                continue
+            if not artifact and not path.is_symlink() and _is_backup(path):
+                skipped.add(str(path))
+                continue
+            yield path
 
 
-def _stage(home: Path, url: str, stage: Path) -> None:
+def _stage(home: Path, url: str, stage: Path, skipped: set[str]) -> None:
     """Hard-link (or, across file systems, copy) the backed-up files into ``stage``; already staged ones
     are kept, so a retry adds only what is new."""
-    for path in _home_files(home, url):
+    for path in _home_files(home, url, skipped):
         target = stage / path.relative_to(home)
         if target.exists() or target.is_symlink():
             continue
@@ -276,30 +396,19 @@ def _under(path: str, home: Path) -> Path | None:
         return None
 
 
-def _staging(home: Path, prefix: str) -> Path:
-    home.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=home))
-
-
 # --- backup ------------------------------------------------------------------------------------------------
 
 
 def backup(url: str, home: Path, out: Path) -> BackupReport:
     """Write a backup of the database at ``url`` and the files under ``home`` to the tar file ``out``."""
     home = home.resolve()
-    stage = _staging(home, ".backup-")
-    try:
-        attempts = _consistent_stage(url, home, stage)
+    _check_target(out, home)
+    removed = remove_stale(home, STAGING) + remove_stale(out.parent, (PARTIAL,))
+    skipped: set[str] = set()
+    with held_folder(home, ".backup-") as stage:
+        attempts = _consistent_stage(url, home, stage, skipped)
         manifest = _manifest(stage, home, url, attempts)
-        with atomic_path(out) as tmp, tarfile.open(tmp, "w") as archive:
-            archive.add(stage / DATABASE, DATABASE)
-            archive.add(stage / HOME, HOME)
-            data = json.dumps(manifest, indent=1, sort_keys=True).encode()
-            info = tarfile.TarInfo(MANIFEST)
-            info.size, info.mtime = len(data), int(datetime.now(UTC).timestamp())
-            archive.addfile(info, _bytes(data))
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        _write_tar(stage, manifest, out)
     return BackupReport(
         path=out,
         revisions=manifest["revisions"],
@@ -308,10 +417,39 @@ def backup(url: str, home: Path, out: Path) -> BackupReport:
         bytes=sum(f["size"] for f in manifest["files"].values()),
         attempts=attempts,
         external_paths=manifest["external_paths"],
+        skipped_backups=sorted(skipped),
+        removed_stale=removed,
     )
 
 
-def _consistent_stage(url: str, home: Path, stage: Path) -> int:
+def _check_target(out: Path, home: Path) -> None:
+    """Refuse a target inside ``home``: the next backup would contain it, and the one after both (deploy.md's
+    old example grew 2.1 -> 8.4 MiB); and a folder, which the rename would fail on."""
+    if out.resolve().is_relative_to(home):
+        raise UserError(
+            f"{out}: inside ASSAY_HOME ({home}), so every later backup would contain it; write backups to a "
+            "folder outside it, such as /var/lib/assay-backups"
+        )
+    if out.is_dir():
+        raise UserError(f"{out}: is a folder; name the backup file, such as {out / 'assay.tar'}")
+
+
+def _write_tar(stage: Path, manifest: dict[str, Any], out: Path) -> None:
+    """The tar of ``stage`` and ``manifest``, written in a held folder beside ``out`` and renamed over it
+    when complete: a reader (or the next night's rotation) never sees half a backup."""
+    with held_folder(out.parent, PARTIAL) as partial:
+        tmp = partial / out.name
+        with tarfile.open(tmp, "w") as archive:
+            archive.add(stage / DATABASE, DATABASE)  # first: _is_backup knows a backup by it
+            archive.add(stage / HOME, HOME)
+            data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+            info = tarfile.TarInfo(MANIFEST)
+            info.size, info.mtime = len(data), int(datetime.now(UTC).timestamp())
+            archive.addfile(info, _bytes(data))
+        os.replace(tmp, out)
+
+
+def _consistent_stage(url: str, home: Path, stage: Path, skipped: set[str]) -> int:
     """Snapshot, stage the files, and check every held artifact made it (else snapshot again); returns the
     snapshots taken."""
     files = stage / HOME
@@ -321,7 +459,7 @@ def _consistent_stage(url: str, home: Path, stage: Path) -> int:
         database = stage / DATABASE
         database.unlink(missing_ok=True)
         snapshot(url, database)
-        _stage(home, url, files)
+        _stage(home, url, files, skipped)
         named, held = _held_artifacts(database)
         missing = [p for p in held if (rel := _under(p, home)) is not None and not (files / rel).exists()]
         if not missing:
@@ -485,7 +623,8 @@ def _target_connection(url: str) -> Iterator[Connection]:
             engine.dispose()
         return
     path = _sqlite_path(url)
-    with atomic_path(path) as tmp:
+    with held_folder(path.parent, PARTIAL) as partial:
+        tmp = partial / path.name
         engine = create_engine(f"sqlite:///{tmp}")
         try:
             with engine.begin() as connection:
@@ -493,6 +632,7 @@ def _target_connection(url: str) -> Iterator[Connection]:
                 yield connection
         finally:
             engine.dispose()
+        os.replace(tmp, path)
 
 
 def restore(source: Path, url: str, home: Path) -> RestoreReport:
@@ -500,28 +640,37 @@ def restore(source: Path, url: str, home: Path) -> RestoreReport:
     if not source.is_file():
         raise UserError(f"{source}: no such backup file")
     home = home.resolve()
+    removed = remove_stale(home, STAGING)
+    if make_url(url).get_backend_name() == "sqlite":
+        removed += remove_stale(_sqlite_path(url).parent, (PARTIAL,))
     _check_empty_target(url, home)
-    stage = _staging(home, ".restore-")
     moved: list[Path] = []
-    try:
-        with tarfile.open(source) as archive:
-            manifest = read_manifest(archive, source)
-            _check_revisions(manifest["revisions"], source)
-            _extract(archive, manifest, stage, source)
-        for entry in sorted((stage / HOME).iterdir()):
-            target = home / entry.name
-            if target.exists():
-                raise UserError(f"{target}: already exists; restore into an ASSAY_HOME without it")
-            os.replace(entry, target)
-            moved.append(target)
-        tables, heads = _restore_database(stage / DATABASE, url, _rewriter(manifest["home"], home), manifest)
-    except BaseException:
-        for path in moved:
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        raise
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return RestoreReport(manifest["revisions"], heads, tables, len(manifest["files"]))
+    with held_folder(home, ".restore-") as stage:
+        try:
+            with tarfile.open(source) as archive:
+                manifest = read_manifest(archive, source)
+                _check_revisions(manifest["revisions"], source)
+                _extract(archive, manifest, stage, source)
+            _move_files(stage / HOME, home, moved)
+            tables, heads = _restore_database(
+                stage / DATABASE, url, _rewriter(manifest["home"], home), manifest
+            )
+        except BaseException:  # SIGTERM (Terminated) too: nothing half-restored
+            for path in moved:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            raise
+    return RestoreReport(manifest["revisions"], heads, tables, len(manifest["files"]), removed)
+
+
+def _move_files(files: Path, home: Path, moved: list[Path]) -> None:
+    """Move the unpacked files into ``home``, refusing to replace any; each moved one is added to ``moved``
+    as it goes, so the caller can take them back out."""
+    for entry in sorted(files.iterdir()):
+        target = home / entry.name
+        if target.exists():
+            raise UserError(f"{target}: already exists; restore into an ASSAY_HOME without it")
+        os.replace(entry, target)
+        moved.append(target)
 
 
 def _restore_database(

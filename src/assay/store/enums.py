@@ -68,6 +68,7 @@ class SubmissionStatus(StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    PLATFORM_ERROR = "platform-error"  # the platform failed it, not the team: never counted against them
 
 
 class JobStatus(StrEnum):
@@ -78,9 +79,12 @@ class JobStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     TIMED_OUT = "timed-out"
+    # given up after repeated faults of the platform (isolation, disk, database, a lost node): not the
+    # team's failure (assay.leaderboard.worker)
+    PLATFORM_ERROR = "platform-error"
 
 
-FINISHED_JOBS = (JobStatus.DONE, JobStatus.FAILED, JobStatus.TIMED_OUT)
+FINISHED_JOBS = (JobStatus.DONE, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.PLATFORM_ERROR)
 ACTIVE_JOBS = (JobStatus.QUEUED, JobStatus.RUNNING)
 
 

@@ -17,16 +17,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from assay import dburl
 from assay.store.heads import are_heads
 
 
 def database_url(environ: dict[str, str] | None = None) -> str:
-    """``ASSAY_DB_URL``, else the SQLite file under ``ASSAY_HOME`` (default ``~/.assay``): what
-    ``assay.config.settings().database_url`` says, read without pydantic-settings (0.05 s), whose
-    environment names are not case-sensitive."""
+    """``ASSAY_DB_URL`` (or ``ASSAY_DB_URL_FILE``'s contents), else the SQLite file under ``ASSAY_HOME``
+    (default ``~/.assay``): what ``assay.config.settings().database_url`` says, read without
+    pydantic-settings (0.05 s), whose environment names are not case-sensitive."""
     names = {key.lower(): value for key, value in (os.environ if environ is None else environ).items()}
     home = Path(names["assay_home"]) if "assay_home" in names else Path.home() / ".assay"
-    return names.get("assay_db_url") or f"sqlite:///{home / 'assay.db'}"
+    url = dburl.resolve(names.get("assay_db_url"), names.get("assay_db_url_file"))
+    return url or f"sqlite:///{home / 'assay.db'}"
 
 
 def _connect(url: str) -> Any | None:

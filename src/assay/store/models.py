@@ -3,7 +3,8 @@
 Leaderboard: a ``Round`` has ``Split``s (train, test, holdout, smoke), each a folder of sequestered models and
 a folder with their ground truth; ``Team``s make ``Submission``s (a detector artifact and its sha256) to a
 round's split; each accepted submission gets one ``Job`` that a worker claims, runs model by model
-(``ModelResult``) and scores (``MetricResult``). Times are UTC.
+(``ModelResult``) and scores (``MetricResult``); each running worker keeps a ``Worker`` row alive. Times
+are UTC.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class Round(Base):
     # bits about the test labels one test submission may reveal to its team while the round is open
     # (assay.leaderboard.disclosure), and the largest container image a team may submit
     leak_bits: Mapped[float] = mapped_column(Float, default=8.0, server_default="8")
+    # how a sealed test score is shown: grid (default), bins (worst case; rounds made before it) or exact
+    disclosure: Mapped[str] = mapped_column(String(10), default="grid", server_default="bins")
     image_bytes: Mapped[int] = mapped_column(BigInteger, default=8 * 2**30, server_default=str(8 * 2**30))
     # the TrojAI calling convention (assay.leaderboard.harness): NIST calls detectors without the `infer`
     # word; rounds made before this setting keep it (server default). A source data folder, where the round
@@ -171,6 +174,10 @@ class Job(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     log: Mapped[str] = mapped_column(Text, default="")  # the harness's own notes (isolation, limits, errors)
+    # faults of the platform so far (assay.leaderboard.worker): the job is requeued, not claimed again
+    # before ``not_before``, and ends as platform-error after a few
+    platform_faults: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    not_before: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     submission: Mapped[Submission] = relationship(back_populates="job")
     results: Mapped[list[ModelResult]] = relationship(back_populates="job", cascade="all, delete-orphan")
@@ -207,3 +214,23 @@ class MetricResult(Base):
     value: Mapped[float | None] = mapped_column(Float)  # None for NaN (an AUC with one class)
 
     job: Mapped[Job] = relationship(back_populates="metrics")
+
+
+class Worker(Base):
+    """A leaderboard worker process, stamped every few seconds while it lives (``assay.leaderboard.fleet``):
+    a stale ``heartbeat_at`` means it died; ``healthy`` False with ``problem`` says why it claims nothing."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)  # host:pid, as recorded on the jobs it claims
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    version: Mapped[str] = mapped_column(String(40))
+    isolation: Mapped[str] = mapped_column(String(20))  # bwrap, unshare or none
+    executor: Mapped[str] = mapped_column(String(20))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    problem: Mapped[str] = mapped_column(Text, default="")
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"))  # the job it runs now

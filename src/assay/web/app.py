@@ -7,6 +7,9 @@ periodic job (``assay.web.sweeper``), started by the lifespan, so no GET handler
 ``assay.web.routes.ROUTER_MODULES``. The dependencies routes use live in ``assay.web.security`` and are
 re-exported here: ``DbSession``, ``CurrentUser``, ``OptionalUser``, ``require``.
 
+Every answer but a static file's says ``Cache-Control: no-store`` (``NoStore``), and ``/favicon.ico`` is
+served, cached for a day (``FAVICON``).
+
 The Swagger page (``DOCS_PATH``) is served from this host, not a CDN, so it works offline and under a CSP:
 the Swagger UI files come from the ``fastapi-offline`` package (mounted at ``SWAGGER_STATIC``) and the page
 starts them with ``static/swagger-init.js`` instead of FastAPI's inline script.
@@ -28,13 +31,14 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from assay import __version__
+from assay import __version__, pyfloor
 from assay.config import settings
 from assay.errors import UserError
 from assay.star.workflow import NotAllowed, NotYours
@@ -70,10 +74,52 @@ OPENAPI_PATH = "/api/v1/openapi.json"
 DOCS_PATH = "/api/v1/docs"
 SWAGGER_STATIC = "/static/swagger-ui"  # mounted before /static, so it is not shadowed by it
 SWAGGER_PACKAGE = "fastapi_offline"  # ships swagger-ui-bundle.js, swagger-ui.css and favicon.png in static/
+FAVICON = STATIC / "favicon.ico"  # 32x32, a white target on the site's blue
+FAVICON_CACHE = "public, max-age=86400"  # a day: a new release's icon shows by the next day
+CACHEABLE = ("/static/", "/favicon.ico")  # the same for everyone, so caches may keep them
 DOCS_CSP = (  # the site's policy plus data: images: swagger-ui.css draws its icons as data: SVGs
     "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; "
     "base-uri 'self'; object-src 'none'"
 )
+
+
+class NoStore:
+    """Pure ASGI middleware: ``Cache-Control: no-store`` on every answer but static files (a route's own
+    ``Cache-Control`` gets ``no-store`` added). Pages and API answers hold one person's data and a CSRF
+    or sign-in token; without it a shared proxy may serve them to the next person, and the browser shows
+    them from its cache after sign-out (the back button). Every answer, not only signed-in ones: the sign-in
+    page carries a pre-session token, and whether a cookie is still a session is the database's to say."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(CACHEABLE):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = _no_store(list(message.get("headers", [])))
+            await send(message)
+
+        await self.app(scope, receive, send_no_store)
+
+
+def _no_store(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``headers`` with ``no-store`` in their ``Cache-Control`` (one added if there was none)."""
+    found = [i for i, (name, _) in enumerate(headers) if name.lower() == b"cache-control"]
+    if not found:
+        return [*headers, (b"cache-control", b"no-store")]
+    for i in found:
+        if b"no-store" not in headers[i][1]:
+            headers[i] = (headers[i][0], headers[i][1] + b", no-store")
+    return headers
+
+
+def _favicon() -> Response:
+    """The icon browsers ask every site for by themselves (a 404 in every first visit's log before)."""
+    return FileResponse(FAVICON, media_type="image/x-icon", headers={"Cache-Control": FAVICON_CACHE})
 
 
 def make_templates() -> Jinja2Templates:
@@ -120,6 +166,7 @@ def create_app(
     ``secure_cookies``: mark the session cookie Secure; turn it on whenever the site is served over HTTPS.
     ``sweep_seconds``: how often the sweeper releases expired claims and fails orphaned DyePack runs.
     """
+    pyfloor.check()  # uploads and restores need tar filters: one line and exit 2 on an older Python
     app = FastAPI(
         title="assay",
         version=__version__,
@@ -141,10 +188,12 @@ def create_app(
     app.state.sweeper = None  # set while the app runs (lifespan)
     app.add_middleware(Admission, limit=settings().web_threads)  # innermost: /metrics times the wait too
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(NoStore)
     metrics.install(app, log_requests=settings().log_format == "json")  # GET /metrics
     openapi.install(app)
     _add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_api_route("/favicon.ico", _favicon, methods=["GET"], include_in_schema=False)
     for router, areas in load_routers():
         app.include_router(router)
         app.state.areas.extend(areas)

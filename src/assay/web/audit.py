@@ -28,6 +28,7 @@ ACTIONS = {
     "invitation.issue": "invitation issued",
     "invitation.accept": "invitation accepted",
     "round.settings": "leaderboard round settings changed (the plateau rule)",
+    "round.create": "leaderboard round created (its disclosure of test scores, budget and metric)",
 }
 SHELL = "shell"  # how an event without a web user (``assay user``) is shown
 

@@ -71,6 +71,13 @@ def serve(
     log_format: str | None = typer.Option(
         None, "--log-format", help="text or json: one JSON object a line (default: ASSAY_LOG_FORMAT or text)."
     ),
+    forwarded_allow_ips: str | None = typer.Option(
+        None,
+        "--forwarded-allow-ips",
+        help="Proxies whose X-Forwarded-For and X-Forwarded-Proto are believed: addresses or networks, "
+        "comma-separated, or '*' (default: FORWARDED_ALLOW_IPS, else 127.0.0.1,::1). Behind a proxy, name "
+        "it, or the sign-in throttle and the logs see every user as the proxy (docs/deploy.md).",
+    ),
 ) -> None:
     """Run the web application (pages and the JSON API under /api/v1).
 
@@ -96,18 +103,29 @@ def serve(
     if demo:
         _seed_demo(web.state.sessions, target)
     if workers == 1:
-        uvicorn.run(web, host=host, port=port, proxy_headers=True, **log)
+        uvicorn.run(web, host=host, port=port, **proxy_options(forwarded_allow_ips), **log)
         return
     if url.startswith("sqlite"):
         console().print("note: several workers on SQLite share one write lock; PostgreSQL scales further")
-    os.environ["ASSAY_DB_URL"] = url  # the workers are new processes: they read it from the environment
+    if db is not None:  # else the workers read ASSAY_DB_URL or ASSAY_DB_URL_FILE as this process did
+        os.environ["ASSAY_DB_URL"] = db
+        os.environ.pop("ASSAY_DB_URL_FILE", None)
     _share_metrics()
     os.environ[SECURE_COOKIES_ENV] = "1" if secure_cookies else "0"
     if web.state.public_url:
         os.environ["ASSAY_PUBLIC_URL"] = web.state.public_url
     web.state.sessions.kw["bind"].dispose()  # no connection of this process is inherited by a worker
     factory = "assay.web.app:app_from_env"
-    uvicorn.run(factory, factory=True, workers=workers, host=host, port=port, proxy_headers=True, **log)
+    proxies = proxy_options(forwarded_allow_ips)
+    uvicorn.run(factory, factory=True, workers=workers, host=host, port=port, **proxies, **log)
+
+
+def proxy_options(forwarded_allow_ips: str | None) -> dict[str, Any]:
+    """uvicorn's options for forwarded addresses. The client address the sign-in throttle counts and the
+    access log shows is the connection's, unless it comes from a trusted proxy: then it is the one that
+    proxy puts in X-Forwarded-For. None leaves the list to uvicorn (``FORWARDED_ALLOW_IPS``, else loopback),
+    so a proxy in front of a container, whose address is not loopback, must be named."""
+    return {"proxy_headers": True, "forwarded_allow_ips": forwarded_allow_ips}
 
 
 def _share_metrics() -> None:

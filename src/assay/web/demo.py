@@ -116,8 +116,12 @@ def _first_dialogue(sessions: sessionmaker[Session], campaign_id: int) -> None:
         submit_dialogue(session, task_id, "jokes about a nationality", turns, "demo-transcript", {})
 
 
+DEMO_BACKDOORS = 8  # 4 (1/256 > alpha 0.001) could never flag a model; see ``fpr.weakness``
+
+
 def _dyepack(session: Session, folder: Path) -> Path | None:
-    """A 200-question MMLU release with 4 backdoors; None when the MMLU asset is not installed."""
+    """A 200-question MMLU release with 8 backdoors (K = 4: a memoriser that follows all of them is flagged
+    at FPR 4^-8 = 1.5e-5, and one that follows 7 at 3.8e-4); None when the MMLU asset is not installed."""
     from assay.assets import asset_path
     from assay.data.benchmark import read_benchmark
     from assay.dyepack.prepare import PrepareConfig, prepare_release
@@ -133,13 +137,17 @@ def _dyepack(session: Session, folder: Path) -> Path | None:
     chosen = rows[:: max(1, len(rows) // 200)][:200]
     sample.write_text("".join(json.dumps(r) + "\n" for r in chosen), encoding="utf-8")
     result = prepare_release(
-        read_benchmark(sample), PrepareConfig(n_backdoors=4), folder / "dyepack-release", folder / "key.json"
+        read_benchmark(sample),
+        PrepareConfig(n_backdoors=DEMO_BACKDOORS),
+        folder / "dyepack-release",
+        folder / "key.json",
+        allow_weak=False,
     )
     register_benchmark(
         session,
         "mmlu-200-demo",
         result.commitment_path.read_text(encoding="utf-8"),
-        description="200 MMLU questions with 4 hidden backdoors (assay serve --demo)",
+        description=f"200 MMLU questions with {DEMO_BACKDOORS} hidden backdoors (assay serve --demo)",
     )
     return result.key_path
 

@@ -9,8 +9,9 @@ Two kinds of figure:
   per request (``assay.web.access``: method, route, path, status, duration, client).
 - **State**, read from the database at scrape time from each owner's own summary, as the dashboard reads it
   (``assay.leaderboard.status``, ``assay.star.status``, ``assay.dyepack.registry``) plus this process's
-  background lanes: leaderboard jobs by status (the queue depth is ``status="queued"``), stale jobs, STAR
-  tasks by campaign, kind and status, DyePack runs by status, background jobs by lane and state.
+  background lanes: leaderboard jobs by status (the queue depth is ``status="queued"``), stale jobs, live
+  and unhealthy workers, STAR tasks by campaign, kind and status, DyePack runs by status, background jobs
+  by lane and state.
 
 Prometheus authenticates with a bearer token (``authorization: {credentials_file: ...}`` in its scrape
 config) made with ``assay user token NAME`` for an organiser account. With ``assay serve --workers N`` the
@@ -150,6 +151,12 @@ def state_families(session: Any, background: Any) -> list[GaugeMetricFamily]:
             "Running jobs whose worker has sent no heartbeat lately.",
             [],
             [([], queue.stale)],
+        ),
+        _family(
+            "assay_leaderboard_workers",
+            "Leaderboard workers with a fresh heartbeat: live, and unhealthy (claiming nothing; see status).",
+            ["state"],
+            [(["live"], len(queue.workers)), (["unhealthy"], queue.unhealthy)],
         ),
         _family(
             "assay_star_tasks",

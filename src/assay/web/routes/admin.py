@@ -152,11 +152,18 @@ def _user_page(
 
 
 @pages.get("/audit", response_class=HTMLResponse)
-def audit_page(request: Request, session: DbSession, user: Organiser) -> Response:
-    """The newest 500 changes to accounts and access, newest first."""
-    events = audit.recent(session, 500)
+def audit_page(request: Request, session: DbSession, user: Organiser, window: Paging) -> Response:
+    """Changes to accounts and access, newest first, a page at a time: every event can be read, where the
+    page once stopped at the latest 500."""
+    events, total = audit.page(session, window)
     return render(
-        request, "admin_audit.html", events=events, actions=audit.ACTIONS, actor_name=audit.actor_name
+        request,
+        "admin_audit.html",
+        events=events,
+        total=total,
+        window=window,
+        actions=audit.ACTIONS,
+        actor_name=audit.actor_name,
     )
 
 

@@ -180,8 +180,6 @@ METRIC_LABELS = {
     "shown_low": "Disclosed score: at least",
     "shown_high": "Disclosed score: at most",
     "shown_share": "Share of label vectors scoring as well",
-    "shown_bin": "Bin (1 = best)",
-    "shown_bins": "Bins",
     "shown_bits": "Bits about the test labels this shows",
 }
 

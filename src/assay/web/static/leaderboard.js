@@ -19,11 +19,11 @@
 
     function show(job) {
       var bar = document.getElementById("job-bar");
-      if (bar) {
+      if (bar && job.models_done !== null) {
         bar.max = Math.max(job.models_total, 1);
         bar.value = job.models_done;
       }
-      text("job-done", job.models_done);
+      if (job.models_done !== null) text("job-done", job.models_done);
       text("job-total", job.models_total);
       var status = document.getElementById("job-status");
       if (status) {

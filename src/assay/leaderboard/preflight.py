@@ -1,0 +1,223 @@
+"""Can this worker do the jobs it would claim? Asked before every claim, so a broken machine claims nothing.
+
+A job needs what its round and submission need: bubblewrap for every test and holdout job, and for practice
+jobs unless the round allows unisolated runs; podman for a container-image submission (apptainer or
+singularity for a ``.sif``); its split's folders, readable. Every worker needs the database and free disk
+in ``ASSAY_HOME`` and the temp dir. Open rounds count too: their test jobs will need bubblewrap and their
+folders, so a worker without them says so before the first submission arrives.
+
+``Preflight.check`` answers with the claimable jobs this worker can run (it may serve some: no podman, it
+still takes folder jobs) and one line per problem, each with the failing command's own error. The
+machine's probes (a bubblewrap run, disk space) are kept for ``PROBE_TTL_S``; what the queue needs is read
+on every check. With a Ray executor the detectors run on the nodes, which check their own sandbox at run
+time; here only the database, the disk and the folders (read here to ship them) are checked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from assay.config import settings
+from assay.errors import UserError
+from assay.leaderboard.harness import needs_bwrap
+from assay.leaderboard.submissions import stored_image
+from assay.runner import isolation
+from assay.runner.container import podman_missing, sif_engine
+from assay.store.enums import RoundStatus
+from assay.store.models import Job, Round, Split, Submission
+
+PROBE_TTL_S = 30.0
+MIN_FREE_BYTES = 512 * 2**20
+CANDIDATES = 100  # claimable jobs looked at per check, oldest first
+
+
+def error_line(error: BaseException) -> str:
+    """An exception as one line: its message's last line (a command's own error ends it), else its type."""
+    return isolation.one_line(str(error)) or type(error).__name__
+
+
+def isolation_problem() -> str | None:
+    """Why detectors cannot run under bubblewrap here: the runner's one line (the failing command's own
+    error); None when they can.
+
+    The runner's answer decides, since it is what a run will use. It keeps its probe for the process's
+    life, so a failed one is forgotten first (the machine may have been fixed since): a worker that stays
+    up re-checks every ``PROBE_TTL_S``.
+    """
+    if isolation.isolation_available() == "bwrap":
+        return None
+    forget = getattr(isolation._probe, "cache_clear", None)
+    if forget is not None:
+        forget()
+    return isolation.isolation_problem("bwrap")
+
+
+def engine_problem(image: str) -> str | None:
+    """Why the container engine an image needs cannot run it here; None when it can."""
+    if not image.endswith(".sif"):
+        return podman_missing()
+    try:
+        sif_engine()
+    except UserError as err:
+        return str(err)
+    return None
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def disk_problems(min_free_bytes: int) -> list[str]:
+    """One line per place a worker writes (``ASSAY_HOME``, the temp dir) with less free space than asked."""
+    problems = []
+    for label, place in (("ASSAY_HOME", settings().home), ("temp dir", Path(tempfile.gettempdir()))):
+        try:
+            free = shutil.disk_usage(_existing_parent(place)).free
+        except OSError as err:
+            problems.append(f"disk: {label} {place}: {error_line(err)}")
+            continue
+        if free < min_free_bytes:
+            problems.append(
+                f"disk: {label} {place} has {free / 2**20:.0f} MiB free; a worker needs "
+                f"{min_free_bytes / 2**20:.0f} MiB"
+            )
+    return problems
+
+
+def folder_problem(round_name: str, split: str, folders: Iterable[str]) -> str | None:
+    """Why a split's folders cannot be read here (missing, not a folder, no permission); None when fine."""
+    for folder in folders:
+        if not os.path.isdir(folder):
+            return f"round {round_name!r} split {split}: folder {folder} does not exist here"
+        if not os.access(folder, os.R_OK | os.X_OK):
+            return f"round {round_name!r} split {split}: folder {folder} is not readable"
+    return None
+
+
+@dataclass(frozen=True)
+class Need:
+    """What running one job (or, with ``job_id`` None, a future test job of an open round) takes."""
+
+    job_id: int | None
+    round: str
+    split: str
+    sealed: bool  # under bubblewrap only
+    image: str | None  # the container image; None for a folder detector
+    folders: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The claimable jobs this worker can run now, how many it cannot (``blocked``; 1 when the database
+    cannot say), and every problem found, one line each (an open round's too)."""
+
+    servable: list[int]
+    problems: list[str] = field(default_factory=list)
+    blocked: int = 0
+
+    @property
+    def problem(self) -> str:
+        return "; ".join(self.problems)
+
+
+def _job_needs(session: Session, claimable: Any) -> list[Need]:
+    rows = session.execute(
+        select(Job.id, Round.name, Round.allow_unisolated, Split, Submission.artifact_path)
+        .join(Submission, Job.submission_id == Submission.id)
+        .join(Split, Submission.split_id == Split.id)
+        .join(Round, Split.round_id == Round.id)
+        .where(claimable)
+        .order_by(Job.id)
+        .limit(CANDIDATES)
+    )
+    return [
+        Need(
+            job_id,
+            name,
+            split.name,
+            needs_bwrap(split.name, allow_unisolated),
+            stored_image(Path(artifact)) if artifact else None,
+            (split.models_path, split.truth_path),
+        )
+        for job_id, name, allow_unisolated, split, artifact in rows
+    ]
+
+
+def _open_round_needs(session: Session) -> list[Need]:
+    """Open rounds: their test jobs, whenever they come, need bubblewrap and every split folder."""
+    needs = []
+    for round_ in session.scalars(select(Round).where(Round.status == RoundStatus.OPEN)):
+        for split in session.scalars(select(Split).where(Split.round_id == round_.id)):
+            needs.append(
+                Need(None, round_.name, split.name, True, None, (split.models_path, split.truth_path))
+            )
+    return needs
+
+
+class Preflight:
+    """The checks a worker makes before each claim; the machine's probes kept for ``ttl_s`` seconds."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        local: bool = True,
+        min_free_bytes: int = MIN_FREE_BYTES,
+        ttl_s: float = PROBE_TTL_S,
+    ) -> None:
+        self.sessions, self.local = sessions, local
+        self.min_free_bytes, self.ttl_s = min_free_bytes, ttl_s
+        self._probed_at = -float("inf")
+        self._machine: dict[str, Any] = {}
+
+    def machine(self) -> dict[str, Any]:
+        """The machine's own answers (sandbox, disk), probed again once they are ``ttl_s`` old."""
+        if time.monotonic() - self._probed_at >= self.ttl_s:
+            self._machine = {
+                "bwrap": isolation_problem() if self.local else None,
+                "disk": disk_problems(self.min_free_bytes),
+            }
+            self._probed_at = time.monotonic()
+        return self._machine
+
+    def _blocker(self, need: Need) -> str | None:
+        """The first reason this worker cannot run what ``need`` describes; None when it can."""
+        machine = self.machine()
+        if need.sealed and machine["bwrap"]:
+            return f"isolation: a sealed job needs bwrap isolation: {machine['bwrap']}"
+        if need.image is not None and self.local and (why := engine_problem(need.image)):
+            return f"container images: {why}"
+        return folder_problem(need.round, need.split, need.folders)
+
+    def check(self, claimable: Any) -> Readiness:
+        """What this worker can claim among the jobs ``claimable`` (an SQL condition) selects, and why not
+        the rest; nothing at all while the database or the disk fails."""
+        try:
+            with self.sessions() as session:
+                session.execute(text("SELECT 1"))
+                jobs, rounds = _job_needs(session, claimable), _open_round_needs(session)
+        except SQLAlchemyError as err:
+            return Readiness([], [f"database: {error_line(err)}"], blocked=1)
+        disk = self.machine()["disk"]
+        problems, servable = list(disk), []
+        for need in [*jobs, *rounds]:
+            why = self._blocker(need)
+            if why is None and need.job_id is not None:
+                servable.append(need.job_id)
+            elif why is not None and why not in problems:
+                problems.append(why)
+        if disk:
+            return Readiness([], problems, blocked=len(jobs))
+        return Readiness(servable, problems, blocked=len(jobs) - len(servable))
