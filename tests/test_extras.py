@@ -35,3 +35,14 @@ def test_the_cli_says_which_extra_a_command_needs(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert done.stderr.startswith("error: this needs torch, which is not installed here")
+
+
+def test_a_local_model_without_the_model_stack_is_one_line(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A DyePack or STAR job on an ``hf:`` model in the platform image: the job record gets the line."""
+    from assay.errors import UserError
+    from assay.models.spec import load_model
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails as where it is not installed
+    monkeypatch.delitem(sys.modules, "assay.models.hf", raising=False)
+    with pytest.raises(UserError, match=r"pip install 'assay\[models\]'"):
+        load_model(f"hf:{tmp_path}")

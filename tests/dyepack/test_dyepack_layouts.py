@@ -209,5 +209,6 @@ def test_the_command_line_asks_every_layout_and_records_each(tmp_path, mmlu_samp
     one = sps.binom.sf(5, 6, 0.25)
     assert summary["fpr"]["fpr"] == pytest.approx(5 * one, rel=1e-9) and summary["flagged"]
     assert summary["fpr"]["one_layout_fpr"] == pytest.approx(one, rel=1e-9)
-    bad = CliRunner().invoke(app, [*args[:-2], "--formats", "auto,scrape"])
+    fresh = [str(tmp_path / "verdict-2") if arg == str(out) else arg for arg in args[:-2]]
+    bad = CliRunner().invoke(app, [*fresh, "--formats", "auto,scrape"])
     assert isinstance(bad.exception, UserError) and "unknown layout 'auto'" in str(bad.exception)

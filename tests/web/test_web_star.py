@@ -559,8 +559,9 @@ def test_the_web_report_takes_the_command_lines_options_and_says_which_it_used(
         assert stored.summary["settings"]["paper_tests"] is True and "paper_tests" in stored.summary
 
 
-def wait_for_report(organiser: Person, campaign: str = "demo", timeout: float = 120) -> str:
-    """Reload the dashboard until the background build has stored a report; the dashboard's text."""
+def wait_for_report(organiser: Person, campaign: str = "demo", timeout: float = 300) -> str:
+    """Reload the dashboard until the background build has stored a report; the dashboard's text. A fresh
+    environment compiles UMAP's numba code on first use (over 120 s on 2 loaded cores), hence the margin."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         page = organiser.get(f"/star/campaigns/{campaign}").text

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from assay.errors import UserError, shown
+from assay.extras import missing
 from assay.models.base import ChatModel
 
 BACKENDS = ("hf", "openai", "vllm", "python")
@@ -59,7 +60,10 @@ def load_model(
     prefix, rest = split_spec(spec)
     if prefix == "hf":
         directory, gguf_file = _hf_location(rest)  # before importing torch: a typo fails at once
-        from assay.models.hf import HFChatModel
+        try:
+            from assay.models.hf import HFChatModel
+        except ModuleNotFoundError as err:  # the platform image has no model stack: one line, not a traceback
+            raise UserError(missing(err) or str(err)) from err
 
         return HFChatModel(directory, gguf_file=gguf_file, batch_size=batch_size)
     if prefix == "openai":
