@@ -47,13 +47,6 @@ def is_sealed(round_: Round, split: str) -> bool:
     return labels_secret(round_, split) and round_.disclosure != "exact"
 
 
-def check_mode(mode: str) -> str:
-    """``mode`` if it is one of ``MODES``; a ValueError naming them otherwise."""
-    if mode not in MODES:
-        raise ValueError(f"disclosure must be one of {', '.join(MODES)} (value: {mode!r})")
-    return mode
-
-
 def disclosed_metrics(
     predictions: dict[str, float],
     truth: dict[str, int],
