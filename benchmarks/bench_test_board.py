@@ -9,11 +9,14 @@ A board is useful when its order equals the exact order and the good detectors a
     python benchmarks/bench_test_board.py build/reference-round/splits --models 40
 
 Prints the machine, then one table per mode: rank, team, exact CE, what the team is shown, interval width.
+``--answers FILE`` also keeps each team's answers and the labels (JSON), so modes can be compared later
+without running the detectors again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import tempfile
@@ -24,6 +27,7 @@ from sqlalchemy import select
 
 from assay.leaderboard import publish, rounds, submissions
 from assay.leaderboard.harness import score_job
+from assay.leaderboard.scoring import read_truth
 from assay.leaderboard.worker import work
 from assay.runner import LocalExecutor, isolation_available
 from assay.store import Job, open_store
@@ -84,18 +88,32 @@ def show(sessions, mode: str, bits: float) -> None:  # type: ignore[no-untyped-d
         print(f"{rank:>5}  {row.team:<16} {exact[row.team]:9.4f}  {width:>7}  {shown}")
 
 
+def save_answers(sessions, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Each team's answers and the test labels of the models run, as JSON."""
+    with sessions() as session:
+        jobs = session.scalars(select(Job)).all()
+        answers = {job.submission.team.name: {r.model_name: r.value for r in job.results} for job in jobs}
+        test = rounds.get_split(rounds.get_round(session, "board"), "test")
+        models = rounds.split_models(test)
+        truth = {m: t for m, t in read_truth(test.truth_path).items() if m in models}
+    path.write_text(json.dumps({"answers": answers, "truth": truth}, indent=1, sort_keys=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("splits", type=Path, help="Folder written by 'assay zoo split'.")
     parser.add_argument("--models", type=int, default=40, help="First N models of the test split.")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--bits", type=float, default=8.0)
+    parser.add_argument("--answers", type=Path, help="Also write the answers and labels here (JSON).")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory() as folder:
         sessions = open_store(f"sqlite:///{folder}/lb.db")
         seconds = run_baselines(sessions, args.splits, args.models, args.workers, Path(folder))
         print(f"three baselines on {args.models} test models: {seconds:.0f} s with {args.workers} workers")
+        if args.answers:
+            save_answers(sessions, args.answers)
         for mode in ("grid", "bins", "exact"):
             show(sessions, mode, args.bits)
 

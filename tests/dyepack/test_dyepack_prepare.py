@@ -84,7 +84,8 @@ def test_tampered_key_fails_the_commitment(tmp_path, mmlu_sample):
 
 def test_targets_are_uniform_over_k():
     """Chi-square goodness of fit of 4,000 drawn targets against the uniform distribution on 4 letters."""
-    items = [MultipleChoice(f"q{i}", ("a", "b", "c", "d"), 0) for i in range(40)]
+    # Balanced labels: a benchmark labelled (A) throughout is refused (a rule without the key would read it).
+    items = [MultipleChoice(f"q{i}", ("a", "b", "c", "d"), i % 4) for i in range(40)]
     config = PrepareConfig(n_backdoors=4, fraction=0.1, cover=0.0)  # cover draws are not the point here
     rng = make_rng(12345)
     counts = Counter(

@@ -189,7 +189,8 @@ def test_a_clean_models_activation_count_is_binomial_b_one_over_k():
     from assay.dyepack.verify import Query, score
 
     items = [
-        MultipleChoice(f"Question number {i}?" + "x" * (i % 7), ("a", "b", "c", "d"), 0) for i in range(40)
+        MultipleChoice(f"Question number {i}?" + "x" * (i % 7), ("a", "b", "c", "d"), i % 4)
+        for i in range(40)
     ]
     rng, counts = make_rng(2024), Counter()
     for _ in range(3000):

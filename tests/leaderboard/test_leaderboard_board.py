@@ -81,15 +81,19 @@ def _answers(labels: np.ndarray, skill: float, rng: np.random.Generator) -> np.n
     return 1.0 / (1.0 + np.exp(-logits))
 
 
-@pytest.fixture
-def board40(tmp_path: Path) -> tuple[sessionmaker[Session], dict[str, np.ndarray], np.ndarray]:
+def make_board40(
+    tmp_path: Path, disclosure: str = "grid"
+) -> tuple[sessionmaker[Session], dict[str, np.ndarray], np.ndarray]:
     """A 40-model open round with three baseline-like detectors, three teams at 0.5 and one constant 0.9."""
     labels = np.random.default_rng(40).integers(0, 2, 40)
     names = [f"id-{i:08d}" for i in range(40)]
     sessions = open_store(f"sqlite:///{tmp_path / 'lb.db'}")
     with sessions.begin() as session:
         rounds.create_round(
-            session, "r1", fake_splits(tmp_path / "splits", dict(zip(names, labels.tolist(), strict=True)))
+            session,
+            "r1",
+            fake_splits(tmp_path / "splits", dict(zip(names, labels.tolist(), strict=True))),
+            disclosure=disclosure,
         )
         rounds.set_status(session, "r1", "open")
     rng = np.random.default_rng(2026)
@@ -107,6 +111,11 @@ def board40(tmp_path: Path) -> tuple[sessionmaker[Session], dict[str, np.ndarray
             rounds.add_team(session, team)
         scored(sessions, team, "test", dict(zip(names, p.tolist(), strict=True)), ago_h=10 - hours)
     return sessions, answers, labels
+
+
+@pytest.fixture
+def board40(tmp_path: Path) -> tuple[sessionmaker[Session], dict[str, np.ndarray], np.ndarray]:
+    return make_board40(tmp_path)
 
 
 def test_the_public_test_board_ranks_by_the_metric_and_names_ties(board40) -> None:  # type: ignore[no-untyped-def]
@@ -195,7 +204,7 @@ def test_a_split_the_budget_reveals_whole_warns_the_organiser(tmp_path: Path) ->
         )
         assert "2 models" in (rounds.disclosure_warning(small) or "")
         assert rounds.disclosure_warning(exact) is None and rounds.disclosure_warning(big) is None
-        with pytest.raises(Exception, match="--disclosure: 'cells' is not one of grid, bins, exact"):
+        with pytest.raises(Exception, match="--disclosure: 'cells' is not one of grid, belief, bins, exact"):
             rounds.create_round(session, "r4", tmp_path / "big", disclosure="cells")
 
 
@@ -209,3 +218,27 @@ def test_the_grid_shows_any_ranking_metric_and_bins_withhold_non_additive_ones()
     assert disclosed_metrics(predictions, truth, "roc_auc", 8, "bins", 1.0) == {}
     assert disclosed_metrics(predictions, truth, "cross_entropy", 8, "exact", 0.3) == {}
     assert math.isclose(disclosed_metrics(predictions, truth, "brier", 2, "grid", 0.3)["shown_high"], 0.5)
+
+
+def test_belief_bins_rank_like_the_grid_and_tell_a_believer_at_most_the_budget(tmp_path: Path) -> None:
+    """``--disclosure belief``: the same public order as the exact scores, the good detectors apart and
+    shown narrowly, constant teams tied, and no outcome worth more than b bits to a team believing its
+    answers (the stored ``shown_belief_bits``)."""
+    sessions, answers, labels = make_board40(tmp_path, "belief")
+    exact = {team: log_loss(labels, p, labels=[0, 1]) for team, p in answers.items()}
+    with sessions() as session:
+        rows = publish.standings(session, "r1", "test", public=True)
+        member = views.Viewer.member_of("neural-cleanse")
+        own = next(r for r in views.round_board(session, member, "r1").best if r.team == "neural-cleanse")
+        record = views.submission_view(session, member, own.submission_id)
+    by_team = {row.team: row for row in rows}
+    assert [row.team for row in rows[:3]] == ["neural-cleanse", "meta-classifier", "weak"]
+    assert by_team["neural-cleanse"].tied_with == [] and by_team["meta-classifier"].rank == 2
+    assert {by_team[t].rank for t in ("half-a", "half-b", "half-c")} == {4}
+    assert rows[-1].team == "always-0.9"
+    for row in rows:
+        low, high = row.metrics["shown_low"], row.metrics["shown_high"]
+        assert low <= exact[row.team] <= high and row.metrics["shown_belief_bits"] <= 8 + 1e-9
+    for team in ("neural-cleanse", "meta-classifier"):
+        assert by_team[team].metrics["shown_high"] - by_team[team].metrics["shown_low"] < 0.01
+    assert record.note.startswith("the bin of label vectors that score like yours, weighted by your own")

@@ -1,15 +1,20 @@
 """Container submissions through the real submission path: image archives (docker-archive, oci-archive) and
 ``podman:REF`` accepted, stored content-addressed, checked (one image, an entrypoint, size, metaparameters
 read out of the image's layers), and a job run end to end on a zoo round by the worker, scored as NIST
-would, with the image's own detector reading each model's weights.
+would, with the image's own detector reading each model's weights. Singularity ``.sif`` images the same
+way with no SIF engine (``assay.runner.sif``): checked without unpacking, and a job scored against the
+same detector submitted as a folder.
 
-The submission checks use archives written by hand and need no podman; the jobs need podman and skip where
-it is missing (``make install`` installs it).
+The submission checks use archives and SIF files written by hand and need no podman (SIF ones need
+squashfs-tools); the jobs need podman, or bubblewrap and squashfs-tools for a ``.sif``, and skip where they
+are missing (``make install`` installs them).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,7 +40,21 @@ from container_image import (
 )
 from fake_board import fake_splits
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))  # the SIF writer's folder
+from sif_image import (
+    PARTITION,
+    SIGNATURE,
+    SifObject,
+    build_sif,
+    partition_extra,
+    pgp_signature,
+    signature_extra,
+    squash,
+    write_sif,
+)
+
 MISSING = podman_ready()
+NO_SQUASHFS = shutil.which("unsquashfs") is None or shutil.which("mksquashfs") is None
 ENTRY = ["python3", "/entrypoint.py"]
 GOOD_FILES = {
     "entrypoint.py": ENTRYPOINT.encode(),
@@ -159,11 +178,80 @@ def test_malformed_images_are_one_line_errors(
         submit(sessions, artifacts, "alpha", big)
     sif = tmp_path / "detector.sif"
     sif.write_bytes(b"\0" * 64)
+    if not NO_SQUASHFS:  # no SIF engine is needed, only a SIF
+        with pytest.raises(UserError, match="not a SIF image") as caught:
+            submit(sessions, artifacts, "alpha", sif)
+        assert "\n" not in str(caught.value)
     monkeypatch.setattr("shutil.which", lambda name: None)
-    with pytest.raises(UserError, match="container image needs apptainer or singularity"):
+    with pytest.raises(UserError, match=r"a \.sif image cannot be read here: unsquashfs not installed"):
         submit(sessions, artifacts, "alpha", sif)
     with sessions() as session:
         assert [s.status for s in session.scalars(select(Submission))] == ["rejected"]
+
+
+# --- .sif submission checks (squashfs-tools, no SIF engine) -----------------------------------------------
+
+RUNSCRIPT_FILES = {".singularity.d/runscript": b'#!/bin/sh\nexec python3 /entrypoint.py "$@"\n'}
+
+
+def handmade_sif(path: Path, files: dict[str, bytes], signed: bool = False, fs: int = 1) -> Path:
+    """A SIF whose primary partition is a SquashFS of ``files`` (never run: for the submission checks)."""
+    root = path.with_suffix(".root")
+    shutil.rmtree(root, ignore_errors=True)
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    objects = [SifObject(PARTITION, squash(root, path.with_suffix(".sqfs")), extra=partition_extra(fs))]
+    if signed:
+        objects.append(SifObject(SIGNATURE, pgp_signature(), None, 1, True, signature_extra()))
+    return write_sif(path, objects)
+
+
+@pytest.mark.skipif(NO_SQUASHFS, reason="squashfs-tools not installed (`make install`)")
+def test_a_sif_is_stored_as_sent_read_for_its_metaparameters_and_its_signature_noted(
+    fake_board, tmp_path: Path
+) -> None:
+    sessions, artifacts = fake_board
+    sif = handmade_sif(tmp_path / "detector.sif", {**GOOD_FILES, **RUNSCRIPT_FILES}, signed=True)
+    made = submit(sessions, artifacts, "alpha", sif)
+    assert made.status == "queued", made.validation_errors
+    assert made.technique == "weight spread"
+    stored = Path(made.artifact_path)
+    assert [p.name for p in stored.iterdir()] == ["image.sif"]
+    assert (stored / "image.sif").read_bytes() == sif.read_bytes()
+    assert submissions.stored_image(stored) == str(stored / "image.sif")
+    with sessions() as session:
+        log = session.scalars(select(Job)).one().log
+    assert log == (
+        "warning: the image carries an OpenPGP clear-signed signature (SHA-256, key fingerprint "
+        "0123456789ABCDEF0123456789ABCDEF01234567) of object group 1; signatures are not verified here\n"
+    )
+
+
+@pytest.mark.skipif(NO_SQUASHFS, reason="squashfs-tools not installed (`make install`)")
+def test_bad_sif_images_are_refused_with_one_line_each(fake_board, tmp_path: Path) -> None:
+    sessions, artifacts = fake_board
+    good = {**GOOD_FILES, **RUNSCRIPT_FILES}
+    for fs, message in ((5, "the primary system partition is encrypted"), (2, "partition is ext3")):
+        with pytest.raises(UserError, match=message) as caught:
+            submit(sessions, artifacts, "alpha", handmade_sif(tmp_path / f"fs{fs}.sif", good, fs=fs))
+        assert "\n" not in str(caught.value)
+    with sessions.begin() as session:
+        session.scalars(select(Round)).one().image_bytes = 4 * 2**20
+    rejected = {
+        "/.singularity.d/runscript: missing from the image (singularity run runs it)": GOOD_FILES,
+        "/metaparameters.json: missing from the image": {**RUNSCRIPT_FILES, "entrypoint.py": b""},
+        "/metaparameters.json: field 'centre'": {**good, "metaparameters.json": b'{"centre": 99}'},
+        "the image unpacks to more than 4194304 bytes": {**good, "zeros": bytes(5 * 2**20)},
+    }
+    for number, (problem, files) in enumerate(rejected.items()):
+        sif = handmade_sif(tmp_path / f"bad{number}.sif", files)
+        assert sif.stat().st_size < 4 * 2**20  # the file is small; what it unpacks to is not
+        made = submit(sessions, artifacts, "alpha", sif)
+        assert made.status == "rejected", problem
+        assert any(line.startswith(problem) for line in made.validation_errors.splitlines()), (
+            made.validation_errors
+        )
 
 
 # --- jobs (podman) ------------------------------------------------------------------------------------------
@@ -217,3 +305,76 @@ def test_the_handmade_layout_is_what_podman_reads(tmp_path: Path) -> None:
     image = read_archive(archive, ["entrypoint.py", "metaparameters.json"], 2**20)
     assert image.command == ENTRY and set(image.root_files) == {"metaparameters.json"}
     assert image.image_id.startswith("sha256:")
+
+
+# --- a .sif job (bubblewrap and squashfs-tools, no SIF engine) ---------------------------------------------
+
+
+def sif_ready() -> str | None:
+    from assay.runner.container import sif_missing
+
+    if NO_SQUASHFS:
+        return "squashfs-tools not installed (`make install`)"
+    return sif_missing()
+
+
+def folder_twin(folder: Path) -> Path:
+    """The SIF's detector as a folder submission: the same entrypoint, module and parameters."""
+    from container_image import WEIGHTSTAT
+
+    (folder / "learned_parameters").mkdir(parents=True)
+    for name, data in GOOD_FILES.items():
+        (folder / name).write_bytes(data)
+    (folder / "weightstat.py").write_text(WEIGHTSTAT)
+    (folder / "learned_parameters" / "scale.json").write_text(json.dumps({"scale": 40.0}))
+    return folder
+
+
+@pytest.mark.slow
+def test_a_sif_submission_scores_as_the_same_detector_does_as_a_folder(
+    small_round: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if (reason := sif_ready()) is not None:
+        pytest.skip(reason)
+    monkeypatch.setenv("ASSAY_NODE_CACHE", str(tmp_path / "node-cache"))
+    sessions, artifacts = open_board(small_round / "splits", tmp_path, monkeypatch)
+    image = submit(sessions, artifacts, "alpha", build_sif(tmp_path / "sif"), split="test")
+    folder = submit(sessions, artifacts, "beta", folder_twin(tmp_path / "folder"), split="test")
+    assert (image.status, folder.status) == ("queued", "queued"), (
+        image.validation_errors + folder.validation_errors
+    )
+    assert image.technique == folder.technique == "weight spread"
+    assert work(sessions, LocalExecutor(2), once=True) == 2
+
+    with sessions() as session:
+        jobs = {job.submission.team.name: job for job in session.scalars(select(Job))}
+        for job in jobs.values():
+            assert job.status == "done", job.log
+        log = jobs["alpha"].log
+        assert "key fingerprint 0123456789ABCDEF0123456789ABCDEF01234567) of object group 1" in log
+        assert "isolation: sif, no engine (unsquashfs, bubblewrap): image sha256:" in log
+        assert "not verified" in log and "no network" in log
+        truth = read_truth(Path(jobs["alpha"].submission.split.truth_path))
+        names = sorted(truth)
+        models = Path(jobs["alpha"].submission.split.models_path)
+        values = {}
+        for team, job in jobs.items():
+            assert sorted(r.model_name for r in job.results) == names
+            for result in job.results:
+                assert result.flags == "" and result.exit_code == 0, result.stderr
+                assert "weights from safetensors" in result.stderr
+            values[team] = {r.model_name: r.value for r in job.results}
+        assert values["alpha"] == values["beta"]  # the same detector, the same answers, bit for bit
+        for name in names:
+            assert values["alpha"][name] == pytest.approx(expected_value(models / name), abs=1e-12)
+        overall = {
+            team: {m.name: m.value for m in job.metrics if not m.group_column} for team, job in jobs.items()
+        }
+        assert overall["alpha"] == overall["beta"]
+        assert overall["alpha"]["cross_entropy"] == pytest.approx(
+            cross_entropy([truth[n] for n in names], [values["alpha"][n] for n in names]), abs=1e-12
+        )
+        print(
+            f"\nSIF vs folder on {len(names)} test models: cross entropy "
+            f"{overall['alpha']['cross_entropy']:.6f} vs {overall['beta']['cross_entropy']:.6f}"
+        )

@@ -189,3 +189,26 @@ def test_the_fixed_files_come_back_after_a_temp_cleaner(monkeypatch: pytest.Monk
     assert second.parent != first.parent
     assert (second / "meminfo").read_text() == procview.meminfo(2**30)
     shutil.rmtree(second.parent)
+
+
+def test_views_of_a_killed_process_are_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
+    """A worker killed with SIGKILL runs no exit handler; the next process to make its views removes the
+    dead one's folder (39 were left in this machine's /tmp before) and keeps a living one's."""
+    import subprocess
+
+    from assay.runner import procview
+
+    script = (
+        "import os, signal\nfrom assay.runner import procview\n"
+        "print(procview.view_folder(2**30).parent, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    dead = Path(done.stdout.strip())
+    assert done.returncode == -9 and dead.parent == tmp_path and (dead / "host").exists() is False
+    assert (dead / str(2**30) / "meminfo").is_file()
+    living = tmp_path / f"{procview.PREFIX}living"
+    living.mkdir()
+    (living / procview.OWNER_FILE).write_text(procview.owner_line())
+    assert procview.sweep_stale(tmp_path) == [dead]
+    assert not dead.exists() and living.is_dir()

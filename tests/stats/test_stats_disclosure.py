@@ -112,3 +112,58 @@ def test_refuses_what_it_cannot_bound() -> None:
         partition(np.array([0.5]), "roc_auc", 8)
     with pytest.raises(ValueError, match="probabilities"):
         partition(np.array([1.5]), "brier", 8)
+
+
+def believed_probability(p: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Each label vector's probability if model i is trojaned with probability p_i (clipped), by product."""
+    q = np.clip(p, 1e-12, 1 - 1e-12)
+    return np.prod(np.where(vectors == 1, q, 1 - q), axis=1)
+
+
+def test_weighted_subset_sums_equal_enumeration() -> None:
+    """The believed probability of each lattice sum, against the product over all 2^11 vectors."""
+    rng = np.random.default_rng(5)
+    steps, chances = rng.integers(0, 6, 11), rng.uniform(0, 1, 11)
+    vectors = every_vector(11)
+    weights = np.prod(np.where(vectors == 1, chances, 1 - chances), axis=1)
+    oracle = np.bincount(vectors @ steps, weights=weights, minlength=steps.sum() + 1)
+    assert np.allclose(subset_sum_counts(steps, chances), oracle, rtol=1e-12, atol=1e-15)
+    # a coin for every model: the probabilities are the counts over 2^n, exactly (powers of two)
+    assert np.array_equal(subset_sum_counts(steps, np.full(11, 0.5)) * 2**11, subset_sum_counts(steps))
+
+
+@pytest.mark.parametrize("bits", [2, 6, 8])
+@pytest.mark.parametrize("case", CASES[:3] + CASES[4:], ids=[c[0] for c in CASES[:3] + CASES[4:]])
+def test_believed_bins_hold_the_budget_for_a_team_that_believes_its_answers(bits: int, case) -> None:
+    """Every outcome has probability >= 2^-bits under the answers' own belief (so it tells a believer at
+    most ``bits`` bits), there are at most 2^bits showings, and each interval holds its members' scores."""
+    n = 12
+    p = case[1](np.random.default_rng(bits), n)
+    table = partition(p, "cross_entropy", bits, believed_by_answers=True)
+    vectors = every_vector(n)
+    truth, belief = exact_scores(p, "cross_entropy", vectors), believed_probability(p, vectors)
+    bins = table.bin_of(vectors)
+    assert len(np.unique(bins)) <= 2**bits
+    for k in np.unique(bins):
+        members = bins == k
+        shown = table.shown(vectors[np.flatnonzero(members)[0]])
+        assert belief[members].sum() == pytest.approx(shown.vectors, rel=1e-9, abs=1e-300)
+        assert belief[members].sum() >= 2.0**-bits * (1 - 1e-9) and shown.bits <= bits + 1e-9
+        assert truth[members].min() >= shown.low - 1e-12 and truth[members].max() <= shown.high + 1e-12
+
+
+def test_believed_bins_are_narrow_where_a_confident_detector_expects_its_score() -> None:
+    """40 models, answers that are right as often as they say: the believed bin is far narrower than the
+    counting bin, and a probe near 0.5 gets about the counting bins (the issue's two requirements)."""
+    rng = np.random.default_rng(40)
+    labels = rng.integers(0, 2, 40)
+    p = 1.0 / (1.0 + np.exp(-(3.0 * (2 * labels - 1) + rng.normal(0.0, 1.0, 40))))
+    counted = partition(p, "cross_entropy", 8).shown(labels)
+    believed = partition(p, "cross_entropy", 8, believed_by_answers=True).shown(labels)
+    assert believed.low <= cross_entropy(labels, p) <= believed.high
+    assert believed.high - believed.low < 0.01 < 0.1 < counted.high - counted.low
+    near_half = 0.5 + rng.uniform(-0.01, 0.01, 40)
+    plain = partition(near_half, "cross_entropy", 8)
+    weighted = partition(near_half, "cross_entropy", 8, believed_by_answers=True)
+    assert abs(len(weighted.ends) - len(plain.ends)) <= 8
+    assert weighted.counts.min() * 2**40 >= 0.5 * plain.counts.min()

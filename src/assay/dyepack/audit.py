@@ -18,6 +18,11 @@ ROC curve (AUC: 0.5 is chance, 1.0 finds every backdoor row first) of:
   or opening, length, sentence count, sentences that recur in only a few rows, and recurring sentences
   whose rows all share one answer (how a backdoor's samples look; read with backdoor rows' labels masked,
   ``masked_answers``, so that no input of the audit depends on which targets were drawn).
+- **label priors** (``priors``): rows that share a feature read without the key (option count, option
+  list, longest or shortest option, option order, a categorical column, the whole benchmark) and whose
+  clean rows nearly all have one label. Masking labels hides these from every measure above, yet the rule
+  "label is not the class's usual label" strips backdoor rows placed there (geometric_shapes' 11-option
+  rows are all (K)). A class warns when its backdoor rows are found at less than one clean row each.
 
 Each is oriented so that a higher score is more suspicious. A measure warns when its AUC is above
 ``THRESHOLD`` (0.6) and above 0.5 beyond chance (``measure``): with 8 backdoors, the classifier's AUC on
@@ -38,6 +43,7 @@ from pydantic import BaseModel
 
 from assay.data.items import Item, MultipleChoice
 from assay.dyepack.key import Backdoor
+from assay.dyepack.priors import Columns, LabelClass, label_classes, row_features
 from assay.dyepack.triggers import joins_cleanly
 
 THRESHOLD = 0.6
@@ -76,6 +82,7 @@ class StealthAudit(BaseModel):
     known_trigger_auc: float | None
     rules: list[Measure]
     broken_joins: list[int] = []  # backdoor rows whose trigger does not stand as a sentence of its own
+    label_priors: list[LabelClass] = []  # classes whose usual label a key-less rule reads (``priors``)
 
     @property
     def warnings(self) -> list[str]:
@@ -88,6 +95,12 @@ class StealthAudit(BaseModel):
             lines.append(
                 f"{len(self.broken_joins)} backdoor rows read badly where the trigger joins (rows {rows})"
             )
+        lines += [
+            f"a rule without the key reads labels: {c.describe()}; 'label is not {c.usual_label}' finds "
+            f"{c.found:.1f} of its {c.backdoor_rows:g} backdoor rows at {c.off_label:g} clean rows"
+            for c in self.label_priors
+            if c.exposed
+        ]
         return lines
 
     @property
@@ -374,8 +387,12 @@ def _wins(values: np.ndarray, ranked: np.ndarray) -> float:
 # ---------------------------------------------------------------- the audit
 
 
-def audit_items(items: Sequence[Item], backdoors: Sequence[Backdoor], seed: int = 0) -> StealthAudit:
-    """Audit released ``items`` whose backdoor rows the key names. Deterministic for a given ``seed``."""
+def audit_items(
+    items: Sequence[Item], backdoors: Sequence[Backdoor], seed: int = 0, columns: Columns | None = None
+) -> StealthAudit:
+    """Audit released ``items`` whose backdoor rows the key names. Deterministic for a given ``seed``.
+    ``columns``: the release's categorical columns (``priors.category_columns``), candidate class keys of
+    the label priors."""
     backdoor = np.full(len(items), -1)
     for b in backdoors:
         backdoor[b.rows] = b.index
@@ -393,7 +410,9 @@ def audit_items(items: Sequence[Item], backdoors: Sequence[Backdoor], seed: int 
     )
     if labels.all():
         return audit  # every row is a backdoor sample: nothing to tell them from
-    rules = rule_scores(items, masked_answers(items, backdoors))  # target-blind: see masked_answers
+    masked = masked_answers(items, backdoors)  # target-blind: see masked_answers
+    audit.label_priors = label_classes(items, masked, row_features(items, columns), labels.astype(float))
+    rules = rule_scores(items, masked)
     n_measures = len(rules) + 1
     cap = 2 * max(len(b.rows) for b in backdoors)
     mains = [main_text(i) for i in items]  # where triggers go; options are never changed

@@ -156,6 +156,7 @@ def prepare(
         "k_values": [b.k for b in result.key.backdoors],
         "trigger_positions": dict(result.positions),
         "cover_rows": result.cover_rows,
+        "set_aside": {"rows": result.set_aside_rows, "classes": [c.model_dump() for c in result.set_aside]},
         "draws": result.draws,
         "smallest_fpr": result.smallest_fpr,
         "alpha": alpha,
@@ -185,6 +186,14 @@ def prepare(
         console.print(f"Kept     {copy} (what --force replaced)")
     places = ", ".join(f"{name} {n}" for name, n in sorted(result.positions.items()))
     console.print(f"Triggers {places}; {result.cover_rows} other rows carry a cover phrase.")
+    if result.set_aside_rows:
+        from assay.dyepack.priors import describe_all
+
+        classes = describe_all(result.set_aside)
+        console.print(
+            f"Set aside {result.set_aside_rows} rows no backdoor goes on: a rule without the key reads "
+            f"their label from the row's shape ({classes})."
+        )
     if result.draws > 1:
         console.print(f"Drawn {result.draws} times: the earlier draws did not pass the stealth audit.")
     if seed is not None:
@@ -217,12 +226,13 @@ def audit_cmd(
     """
     from assay.data import read_benchmark
     from assay.dyepack.audit import audit_items
+    from assay.dyepack.priors import category_columns
     from assay.dyepack.verify import check_release
 
     secret = keys.load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
     check_release(bench, secret)
-    result = audit_items(bench.items, secret.backdoors)
+    result = audit_items(bench.items, secret.backdoors, columns=category_columns(bench))
     risks = strip_risks(bench.items, secret.backdoors, solver, solver_accuracy, alpha)
     if as_json:
         strip = [risk.summary() for risk in risks] if risks else None
@@ -311,6 +321,8 @@ def show_audit(audit: StealthAudit) -> None:
             f"reaches AUC {audit.known_trigger_auc:.2f}: a trigger is recognisable once known, so keep the "
             "key secret.[/]"
         )
+    if audit.label_priors:
+        show_label_priors(audit)
     for line in audit.warnings:
         console.print(f"[bold yellow]warning:[/] backdoor rows stand out: {line}")
     if audit.stealthy:
@@ -318,6 +330,26 @@ def show_audit(audit: StealthAudit) -> None:
             f"[green]Stealthy:[/] no measure separates backdoor rows better than AUC {audit.threshold} "
             "beyond chance."
         )
+
+
+def show_label_priors(audit: StealthAudit, limit: int = 10) -> None:
+    """Classes whose label a rule without the key reads: what the rule 'label is not the usual one' costs."""
+    table = Table(title="Label priors: rows sharing a key-less feature, nearly all with one label")
+    for column in ("class", "rows", "usual label", "clean off it", "backdoor rows", "clean per bd row"):
+        table.add_column(column)
+    for c in audit.label_priors[:limit]:
+        cost = "-" if c.cost is None else f"{c.cost:.2f}"
+        table.add_row(
+            f"{c.feature} = {c.value}",
+            str(c.rows),
+            f"{c.usual_label} {c.usual_share:.0%}",
+            f"{c.off_label:g}",
+            f"{c.backdoor_rows:g}",
+            f"[bold red]{cost}[/]" if c.exposed else cost,
+        )
+    console.print(table)
+    if len(audit.label_priors) > limit:
+        console.print(f"[dim]and {len(audit.label_priors) - limit} more classes (--json lists them all)[/]")
 
 
 @app.command()

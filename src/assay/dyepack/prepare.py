@@ -4,8 +4,10 @@ Each backdoor i gets a trigger phrase, an answer space of size K_i and a target 
 Its samples carry the trigger in the question, placed per row where a sentence reads naturally
 (``triggers.place_trigger``), and the target as their answer; nothing else marks them.
 For multiple choice, all samples of one backdoor have the same number of options, so "the target" means
-the same letter for each of them. For open-ended data the output space is split by K-1 target phrases plus
-"none of them"; a sample whose target is a phrase gets that phrase before its reference output.
+the same letter for each of them; no sample goes on a row whose label a rule without the key reads from
+the row's shape (``priors.set_aside``: in BIG-Bench Hard geometric_shapes every 11-option row is (K)).
+For open-ended data the output space is split by K-1 target phrases plus "none of them"; a sample whose
+target is a phrase gets that phrase before its reference output.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from assay.dyepack.audit import StealthAudit, audit_items
 from assay.dyepack.fpr import smallest_fpr, weakness
 from assay.dyepack.ids import check_unique
 from assay.dyepack.key import NONE_LABEL, Backdoor, DyePackKey, Randomness, now_utc
+from assay.dyepack.priors import Columns, LabelClass, category_columns, describe_all, set_aside
 from assay.dyepack.strip import StripRisk, strip_curve
 from assay.dyepack.triggers import (
     TARGET_PHRASE_POOL,
@@ -62,6 +65,8 @@ class Plan:
     phrases: list[str] | None
     positions: Counter[str]  # how many backdoor samples got each trigger position
     cover_rows: int = 0  # rows that carry a cover phrase
+    set_aside: tuple[LabelClass, ...] = ()  # classes whose label a key-less rule reads (``priors``)
+    set_aside_rows: int = 0  # candidate rows no backdoor went on because of them
 
 
 TEXT_FIELDS = {"multiple_choice": ("question",), "open_ended": ("instruction", "input")}
@@ -222,16 +227,37 @@ def allocate_backdoors(group_sizes: dict[int, int], n_backdoors: int) -> dict[in
     return {k: n for k, n in shares.items() if n > 0}
 
 
-def draft_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig, rng: random.Random) -> Plan:
-    """Choose rows and triggers (targets come later, ``draw_targets``) for a multiple-choice benchmark."""
-    groups: dict[int, list[int]] = defaultdict(list)
-    for row, item in enumerate(items):
-        if config.k is None or item.k == config.k:
-            groups[item.k].append(row)
-    if not groups:
+def aside_reason(classes: Sequence[LabelClass]) -> str:
+    """Why rows were set aside, naming the classes (the first three), for one-line messages."""
+    return f"rows whose label a rule without the key reads are set aside ({describe_all(classes)})"
+
+
+def draft_multiple_choice(
+    items: Sequence[MultipleChoice],
+    config: PrepareConfig,
+    rng: random.Random,
+    columns: Columns | None = None,
+) -> Plan:
+    """Choose rows and triggers (targets come later, ``draw_targets``) for a multiple-choice benchmark.
+
+    Rows of a class that would expose its backdoor samples to a rule without the key (``priors.set_aside``;
+    ``columns``: the benchmark's categorical columns, candidate class keys) are set aside first; what is
+    set aside depends on the source labels alone, never on a target or a draw."""
+    candidates = [row for row, item in enumerate(items) if config.k is None or item.k == config.k]
+    if not candidates:
         ks = sorted({item.k for item in items})
         raise UserError(f"--k {config.k}: no row has {config.k} options (rows have K in {ks})")
     n_samples = count_backdoor_samples(len(items), config)
+    kept, exposed = set_aside(items, columns, candidates, n_samples)
+    if len(kept) < n_samples:
+        which, other = (f"--k {config.k}: ", ", or choose another --k") if config.k is not None else ("", "")
+        raise UserError(
+            f"{which}{n_samples} backdoor samples need as many rows, {len(kept)} are left once "
+            f"{aside_reason(exposed)}; lower --fraction or --backdoors{other}"
+        )
+    groups: dict[int, list[int]] = defaultdict(list)
+    for row in kept:
+        groups[items[row].k].append(row)
     sizes = split_evenly(n_samples, config.n_backdoors)
     triggers = draw_triggers(config, rng)
     backdoors: list[Backdoor] = []
@@ -240,9 +266,10 @@ def draft_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig
     ):
         needs = sizes[len(backdoors) : len(backdoors) + n_in_group]
         if sum(needs) > len(groups[k]):
+            left = f" once {aside_reason(exposed)}" if exposed else ""
             raise UserError(
                 f"{n_in_group} backdoors with {k} options need {sum(needs)} rows but only {len(groups[k])} "
-                "rows have that many options; lower --fraction or --backdoors, or choose --k"
+                f"rows have that many options{left}; lower --fraction or --backdoors, or choose --k"
             )
         chosen = rng.sample(groups[k], sum(needs))
         for need in needs:
@@ -250,7 +277,7 @@ def draft_multiple_choice(items: Sequence[MultipleChoice], config: PrepareConfig
             backdoors.append(undrawn(len(backdoors), triggers[len(backdoors)], k, rows))
     released: list[Item] = list(items)
     positions, cover = mark_rows(items, released, backdoors, list(range(len(items))), config, rng)
-    return Plan(released, backdoors, None, positions, cover)
+    return Plan(released, backdoors, None, positions, cover, tuple(exposed), len(candidates) - len(kept))
 
 
 def undrawn(index: int, trigger: str, k: int, rows: list[int]) -> Backdoor:
@@ -323,10 +350,14 @@ def draw_triggers(config: PrepareConfig, rng: random.Random) -> list[str]:
     return rng.sample(pool, config.n_backdoors)
 
 
-def draft_release(bench: Benchmark, config: PrepareConfig, rng: random.Random) -> Plan:
-    """Everything but the targets: rows, triggers, their positions and the cover."""
+def draft_release(
+    bench: Benchmark, config: PrepareConfig, rng: random.Random, columns: Columns | None = None
+) -> Plan:
+    """Everything but the targets: rows, triggers, their positions and the cover. ``columns``: the
+    benchmark's ``priors.category_columns``, found here when not given."""
     if bench.kind == "multiple_choice":
-        return draft_multiple_choice(bench.items, config, rng)  # type: ignore[arg-type]
+        columns = category_columns(bench) if columns is None else columns
+        return draft_multiple_choice(bench.items, config, rng, columns)  # type: ignore[arg-type]
     return draft_open_ended(bench.items, config, rng)  # type: ignore[arg-type]
 
 
@@ -357,6 +388,8 @@ class PrepareResult:
     strip: list[StripRisk] | None = None  # the simulated strip-risk curve (multiple choice)
     smallest_fpr: float = 0.0  # every backdoor activated: the strongest accusation the release can make
     weak: str | None = None  # why it can never flag at alpha (``fpr.weakness``), None when it can
+    set_aside: tuple[LabelClass, ...] = ()  # classes no backdoor went on: a key-less rule reads their label
+    set_aside_rows: int = 0
 
 
 def draw_release(
@@ -364,12 +397,13 @@ def draw_release(
 ) -> tuple[Plan, StealthAudit | None, int]:
     """The plan ``prepare_release`` writes, its audit, and how many draws it took."""
     rng, draws = make_rng(config.seed), 0
+    columns = category_columns(bench)
     while True:
         draws += 1
-        draft = draft_release(bench, config, rng)
+        draft = draft_release(bench, config, rng, columns)
         # The audit sees no target (none is drawn yet, and it masks backdoor rows' labels anyway), so
         # whether a draft passes cannot depend on the targets: they stay uniform given a pass.
-        stealth = audit_items(draft.items, draft.backdoors) if audit else None
+        stealth = audit_items(draft.items, draft.backdoors, columns=columns) if audit else None
         if stealth is None or stealth.passes or draws > redraws:
             return draw_targets(draft, rng), stealth, draws
 
@@ -394,7 +428,8 @@ def prepare_release(
 ) -> PrepareResult:
     """Plan the backdoors, then write release, key and commitment; every file is written atomically.
 
-    With ``audit``, the stealth audit (``audit.audit_items``, a second or so with scikit-learn) runs on
+    Rows whose label a rule without the key reads (``priors``) never get a backdoor; the result names
+    them. With ``audit``, the stealth audit (``audit.audit_items``, a second or so with scikit-learn) runs on
     the planned release before anything is written, and a release that does not pass it is drawn afresh
     up to ``redraws`` times. This keeps the false-positive rate exact: the targets are drawn after the
     last draw is kept, and the audit masks backdoor rows' labels (``audit.masked_answers``), so passing
@@ -451,5 +486,7 @@ def prepare_release(
         draws=draws,
         smallest_fpr=smallest_fpr(ks),
         weak=weak,
+        set_aside=plan.set_aside,
+        set_aside_rows=plan.set_aside_rows,
         strip=strip_curve(plan.items, plan.backdoors, alpha) if strip_risk and not plan.phrases else None,
     )

@@ -188,8 +188,9 @@ def round_create(
         "grid",
         "--disclosure",
         help="How an open round shows test scores: grid (a fixed grid of 2^leak-bits cells, 0.005 wide on "
-        "CE up to 1 at 8 bits: at most leak-bits bits on average), bins (worst-case bins of >= "
-        "2^(n - leak-bits) label vectors; wide intervals) or exact (NIST's board: exact scores).",
+        "CE up to 1 at 8 bits: at most leak-bits bits on average), belief (bins weighted by the detector's "
+        "own answers: at most leak-bits bits in any outcome to a team that believes them), bins (worst-case "
+        "bins of >= 2^(n - leak-bits) label vectors; wide intervals) or exact (NIST's board).",
     ),
     max_image_gb: float = typer.Option(
         8.0, "--max-image-gb", min=0.001, help="Largest container image a team may submit."

@@ -11,6 +11,10 @@ score only in the form the round chose (``Round.disclosure``, in the audit trail
   average whatever the attacker believes. Any ranking metric can be shown this way.
 - ``bins``: the worst-case bins of label vectors (every outcome leaves >= 2^(n - b) of them); additive
   metrics only, others withheld until the close. Intervals are wide exactly where good detectors compete.
+- ``belief``: the same bins with each label vector weighted by the probability the detector's own answers
+  give it (each bin >= 2^-b of it): a team that believes its answers learns at most b bits from any
+  outcome, a probe answering about 0.5 gets ``bins``, and a confident detector is shown narrowly where its
+  answers expect its score (widely if they were wrong). Additive metrics only.
 - ``exact``: NIST's board: the test scores as they are (the round accepts the risk).
 
 Those numbers are computed once, when the job is scored, and stored beside the exact metrics under the
@@ -33,7 +37,7 @@ from assay.store.models import Round
 
 PREFIX = "shown_"
 SEALED_STATUSES = (RoundStatus.DRAFT, RoundStatus.OPEN)
-MODES = ("grid", "bins", "exact")
+MODES = ("grid", "belief", "bins", "exact")
 GRID_METRICS = ("cross_entropy", *BOUNDED)
 
 
@@ -70,11 +74,15 @@ def disclosed_metrics(
             f"{PREFIX}cell": float(cell.cell),
             f"{PREFIX}cells": float(cell.cells),
         }
-    if mode != "bins" or metric not in ADDITIVE or not truth:
+    if mode not in ("bins", "belief") or metric not in ADDITIVE or not truth:
         return {}
     models = sorted(truth)
     shown = disclose(
-        np.array([predictions[m] for m in models]), np.array([truth[m] for m in models]), metric, bits
+        np.array([predictions[m] for m in models]),
+        np.array([truth[m] for m in models]),
+        metric,
+        bits,
+        believed_by_answers=mode == "belief",
     )
     return {
         f"{PREFIX}low": shown.low,
@@ -82,7 +90,7 @@ def disclosed_metrics(
         f"{PREFIX}bin": float(shown.bin),
         f"{PREFIX}bins": float(shown.bins),
         f"{PREFIX}share": shown.share,
-        f"{PREFIX}bits": shown.bits,
+        f"{PREFIX}{'belief_bits' if mode == 'belief' else 'bits'}": shown.bits,
     }
 
 
@@ -179,5 +187,11 @@ def sealed_note(metrics: dict[str, float | None]) -> str:
     if bits is not None:
         return (
             f"the bin of label vectors that score like yours: at most {bits:.2f} bits about the test labels"
+        )
+    believed = metrics.get(f"{PREFIX}belief_bits")
+    if believed is not None:
+        return (
+            f"the bin of label vectors that score like yours, weighted by your own answers: {believed:.2f} "
+            f"bits about the test labels to a team that believes its answers"
         )
     return "not shown for this metric until the round closes"

@@ -1,8 +1,8 @@
 """Can this worker do the jobs it would claim? Asked before every claim, so a broken machine claims nothing.
 
 A job needs what its round and submission need: bubblewrap for every test and holdout job, and for practice
-jobs unless the round allows unisolated runs; podman for a container-image submission (apptainer or
-singularity for a ``.sif``); its split's folders, readable. Every worker needs the database and free disk
+jobs unless the round allows unisolated runs; podman for a container-image submission (unsquashfs and
+bubblewrap for a ``.sif``); its split's folders, readable. Every worker needs the database and free disk
 in ``ASSAY_HOME`` and the temp dir. Open rounds count too: their test jobs will need bubblewrap and their
 folders, so a worker without them says so before the first submission arrives.
 
@@ -29,11 +29,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.config import settings
-from assay.errors import UserError
 from assay.leaderboard.harness import needs_bwrap
 from assay.leaderboard.submissions import stored_image
 from assay.runner import isolation
-from assay.runner.container import podman_missing, sif_engine
+from assay.runner.container import podman_missing, sif_missing
 from assay.store.enums import RoundStatus
 from assay.store.models import Job, Round, Split, Submission
 
@@ -67,11 +66,7 @@ def engine_problem(image: str) -> str | None:
     """Why the container engine an image needs cannot run it here; None when it can."""
     if not image.endswith(".sif"):
         return podman_missing()
-    try:
-        sif_engine()
-    except UserError as err:
-        return str(err)
-    return None
+    return sif_missing()
 
 
 def _existing_parent(path: Path) -> Path:

@@ -11,11 +11,14 @@ regular files and folders only: links are refused, ``__pycache__`` and ``__MACOS
 
 A container image is a submission too, as NIST takes them: an image archive (``podman save`` or ``docker
 save``: a docker-archive or oci-archive ``.tar``), ``podman:REF`` (an image of this host's podman storage,
-exported to such an archive on submission), or a ``.sif`` where apptainer or singularity is installed (else
-refused in one line). It is stored as sent, ``ARTIFACTS/<sha256>/image.tar`` (or ``image.sif``), its digest
+exported to such an archive on submission), or a Singularity ``.sif`` (read by ``assay.runner.sif``, no
+apptainer needed). It is stored as sent, ``ARTIFACTS/<sha256>/image.tar`` (or ``image.sif``), its digest
 over that one file. An archive must hold one image with an entrypoint or command, unpack within the size
 limit, and carry ``/metaparameters.json`` and ``/metaparameters_schema.json`` at its root, where NIST's
-harness reads them; both are read out of its layers and checked as a folder's are.
+harness reads them; both are read out of its layers and checked as a folder's are. A ``.sif`` must have an
+unencrypted SquashFS primary partition built for this machine's architecture (else refused in one line),
+unpack within the same limit with no device node or link out of its root, and carry the same two files and
+a ``/.singularity.d/runscript``; its signatures, if any, are noted in the job's log, not verified.
 
 Rejected submissions are recorded with their reasons and do not use up the team's window. Only the test
 split has a window (``Round.submission_window_s``); train and smoke runs are for the team's own checks.
@@ -42,8 +45,10 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError
 from assay.leaderboard import storage
 from assay.leaderboard.rounds import get_round, get_split, get_team
-from assay.runner.container import PODMAN_PREFIX, read_sif_file, save_local, sif_engine
+from assay.runner.container import PODMAN_PREFIX, save_local
 from assay.runner.images import archive_format, read_archive
+from assay.runner.sif import RUNSCRIPT, check_arch, read_contents, read_sif, signature_notes, system_partition
+from assay.runner.squashfs import unsquashfs_missing
 from assay.store.enums import JobStatus, RoundStatus, SubmissionStatus
 from assay.store.models import Job, Round, Split, Submission, Team, utcnow
 from assay.trojai import check_metaparameters, check_schema, read_json, technique_of
@@ -157,10 +162,10 @@ def _take_image(artifact: Path, dest: Path, check: Callable[[int], None], name: 
     image with something to run, within the round's image limit and ``check``; ``validate`` reads its
     layers. Everything streams: an image of several GiB never sits in memory."""
     if name == SIF_IMAGE:
-        try:
-            sif_engine()
-        except UserError as exc:
-            raise UserError(f"{artifact}: {exc}") from None
+        if reason := unsquashfs_missing():  # this machine's fault, not the team's: nothing recorded
+            raise UserError(f"{artifact}: a .sif image cannot be read here: {reason}")
+        image = read_sif(artifact)  # each a one-line refusal: bad magic, no system partition, encrypted...
+        check_arch(image, system_partition(image))
     size = artifact.stat().st_size
     _check_sizes([size], artifact, limit)
     check(size)
@@ -249,20 +254,22 @@ def validate(root: Path, image_limit: int = MAX_ARTIFACT_BYTES) -> tuple[list[st
     return _check_metaparameters(root)
 
 
-def _image_files(image: Path, limit: int) -> tuple[dict[str, bytes | None], list[str]]:
-    """The metaparameter files at the root of a stored image, and what is wrong with the image itself."""
-    if image.name == SIF_IMAGE:
-        found = {name: read_sif_file(image, "/" + name) for name in IMAGE_FILES}
-        return {name: data for name, data in found.items() if data is not None}, []
+def _image_files(image: Path, limit: int) -> tuple[dict[str, bytes | None], list[str], list[str]]:
+    """The metaparameter files at the root of a stored image, what is wrong with the image itself, and
+    notes for the job's log (a ``.sif``'s signatures, shown but not verified)."""
     try:
-        return read_archive(image, IMAGE_FILES, limit).root_files, []
+        if image.name != SIF_IMAGE:
+            return read_archive(image, IMAGE_FILES, limit).root_files, [], []
+        contents = read_contents(image, IMAGE_FILES, limit)
     except UserError as exc:
-        return {}, [str(exc).replace(f"{image}: ", "")]
+        return {}, [str(exc).replace(f"{image}: ", "")], []
+    errors = [] if contents.runscript else [f"{RUNSCRIPT}: missing from the image (singularity run runs it)"]
+    return contents.root_files, errors, signature_notes(contents.image)
 
 
 def _validate_image(image: Path, limit: int) -> tuple[list[str], str, list[str]]:
     """``validate`` for a container image: its ``/metaparameters.json`` and schema, checked as a folder's."""
-    files, errors = _image_files(image, limit)
+    files, errors, notes = _image_files(image, limit)
     for name in IMAGE_FILES:
         if name not in files:
             errors.append(f"/{name}: missing from the image (NIST's harness reads it there)")
@@ -274,7 +281,7 @@ def _validate_image(image: Path, limit: int) -> tuple[list[str], str, list[str]]
         for name in IMAGE_FILES:
             (Path(folder) / name).write_bytes(files[name] or b"")
         errors, technique, warnings = _check_metaparameters(Path(folder))
-    return ["/" + error for error in errors], technique, warnings  # the files' paths inside the image
+    return ["/" + error for error in errors], technique, [*warnings, *notes]  # paths inside the image
 
 
 def _check_metaparameters(root: Path) -> tuple[list[str], str, list[str]]:

@@ -15,8 +15,15 @@ Image specs (``Task.image``):
   or ``docker save``, loaded once into a private podman storage (``storage_root()``; team-chosen tags never
   touch the host's own images) and run by its ID, so a job loads it for its first model only.
 - ``podman:REF``: an image already in the host's podman storage (``podman:localhost/detector:1``).
-- ``PATH.sif`` / ``PATH.simg``: a Singularity image, run by apptainer or singularity where either is
-  installed; refused in one line where neither is.
+- ``PATH.sif`` / ``PATH.simg``: a Singularity (SIF) image, run without apptainer or singularity: read
+  by ``assay.runner.sif``, its primary SquashFS partition unpacked once per image into the node's cache
+  (``assay.runner.squashfs``), and that root made bubblewrap's read-only ``/`` (``isolation.bwrap_argv``
+  with ``image_root``) with the same staged inputs, limits, ``/proc`` view and namespaces as a folder
+  detector. What runs is ``singularity run``'s: ``/.singularity.d/env/*.sh`` sourced in order by the
+  image's ``/bin/sh``, then ``/.singularity.d/runscript`` with the TrojAI arguments. Its scratch, ``/tmp``
+  and ``/dev/shm`` are bubblewrap's own tmpfs, as a folder detector's; with no Python of ours inside to
+  collect them, its result files are written to the host tmpfs described below and read after the sandbox,
+  and every process in it, is gone.
 
 Podman runs with ``runc`` (``crun`` refuses cgroups v1 hybrid hosts). The detector runs as the harness's
 own user, as ``singularity run`` runs an image as its caller and as a folder detector runs (so it reads the
@@ -38,6 +45,7 @@ import math
 import os
 import re
 import resource
+import shlex
 import shutil
 import socket
 import subprocess
@@ -48,8 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.errors import UserError
+from assay.runner.cgroup import joiner, task_cgroup
 from assay.runner.collect import read_regular
 from assay.runner.images import DOCKER_ARCHIVE, OCI_ARCHIVE, ImageArchive, archive_format, read_archive
+from assay.runner.isolation import Mounts, bwrap_argv, describe, isolation_problem, prepare_image_root
 from assay.runner.process import Finished, run_limited
 from assay.runner.procview import podman_flags
 from assay.runner.sandbox import (
@@ -61,6 +71,16 @@ from assay.runner.sandbox import (
     task_result,
     time_left,
 )
+from assay.runner.sif import (
+    ENV_FOLDER,
+    RUNSCRIPT,
+    Partition,
+    SifImage,
+    check_arch,
+    read_sif,
+    system_partition,
+)
+from assay.runner.squashfs import file_digest, held_root, unsquashfs_missing
 from assay.runner.task import Task, TaskResult
 from assay.runner.workspace import (
     OWNER_FILE,
@@ -144,15 +164,14 @@ def podman_missing() -> str | None:
     return None
 
 
-def sif_engine() -> str:
-    """The apptainer or singularity program, or a one-line ``UserError`` when neither is installed."""
-    engine = shutil.which("apptainer") or shutil.which("singularity")
-    if engine is None:
-        raise UserError(
-            "a .sif container image needs apptainer or singularity, and neither is installed here: "
-            "submit an OCI image archive instead (podman save / docker save)"
-        )
-    return engine
+def sif_missing() -> str | None:
+    """Why ``.sif`` images cannot run here (no unsquashfs, or no working bubblewrap: an image's root needs
+    a sandbox of its own), or None when they can."""
+    if reason := unsquashfs_missing():
+        return reason
+    if problem := isolation_problem("bwrap"):
+        return f"a .sif image runs under bubblewrap, which does not work here ({problem})"
+    return None
 
 
 def storage_root() -> Path:
@@ -271,17 +290,6 @@ def save_local(ref: str, target: Path, max_bytes: int) -> None:
     )
     if done.returncode != 0:
         raise UserError(f"podman:{ref}: cannot export it ({_error_line(done)})")
-
-
-def read_sif_file(image: Path, path: str) -> bytes | None:
-    """A file of a .sif image (its ``/metaparameters.json``, say), read by the engine with no network; None
-    when it cannot be read."""
-    argv = [sif_engine(), "exec", "--containall", "--cleanenv", "--net", "--network", "none"]
-    try:
-        done = subprocess.run([*argv, str(image), "cat", path], capture_output=True, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
 
 
 # --- what runs inside ---------------------------------------------------------------------------------------
@@ -447,37 +455,14 @@ def podman_command(
     return [*argv, *(fill(arg, inside) for arg in container_arguments(task.argv))]
 
 
-def sif_command(engine: str, image: str, task: Task, space: _Space) -> list[str]:
-    """``apptainer run`` (or singularity) for one task: contained, clean environment, no network, inputs
-    bound read-only, limits through the engine's cgroups support (root only)."""
-    limits = task.limits
-    argv = [engine, "run", "--containall", "--cleanenv", "--no-home", "--pwd", "/"]
-    if not limits.network:
-        argv += ["--net", "--network", "none"]
-    argv += ["--pids-limit", str(limits.max_processes)]
-    if limits.memory_bytes is not None:
-        argv += ["--memory", str(limits.memory_bytes)]
-    if limits.gpus > 0:
-        argv.append("--nv")
-    for source, inside in _binds(task, space):
-        argv += ["--bind", f"{source}:{inside}:ro"]
-    argv += ["--bind", f"{space.private('scratch')}:{INSIDE_FOLDERS.scratch}"]
-    argv += ["--bind", f"{space.private('output')}:{INSIDE_FOLDERS.output}"]
-    for variable, value in _container_environment(task).items():
-        argv += ["--env", f"{variable}={value}"]
-    return [*argv, image, *(fill(arg, INSIDE_FOLDERS) for arg in container_arguments(task.argv))]
-
-
 def _describe(spec: ImageSpec, image_ref: str, task: Task, space: _Space) -> str:
     """The one line the job log keeps about how the container ran."""
     limits = task.limits
-    engine = f"podman ({RUNTIME})" if spec.kind != "sif" else Path(sif_engine()).name
-    shown = image_ref if spec.kind == "sif" else "sha256:" + image_ref.removeprefix("sha256:")[:12]
-    parts = [f"{engine}: image {shown}", "read-only root with staged inputs only"]
+    shown = "sha256:" + image_ref.removeprefix("sha256:")[:12]
+    parts = [f"podman ({RUNTIME}): image {shown}", "read-only root with staged inputs only"]
     parts.append("network allowed" if limits.network else "no network")
     parts.append(f"{limits.scratch_bytes / 2**20:.0f} MiB private scratch")
-    if spec.kind != "sif":
-        parts.append("host-wide /proc counters hidden")
+    parts.append("host-wide /proc counters hidden")
     if not space.bounded:
         parts.append("output folder not size-bounded (no tmpfs could be mounted)")
     parts += ["no capabilities", f"the harness's user ({os.getuid()})"]
@@ -515,13 +500,15 @@ def _unstarted(task: Task, why: str, worker: str, described: str) -> TaskResult:
 def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
     """Run ``task`` in its container image and record what happened (``run_task`` hands image tasks here).
 
-    Raises only for the caller's mistakes: a malformed spec, a missing stage source, no engine for the
-    image. Whatever the image does, a broken archive included, ends up in the ``TaskResult``.
+    Raises only for the caller's mistakes and this machine's faults: a malformed spec, a missing stage
+    source, no engine (or no unsquashfs and bubblewrap) for the image. Whatever the image does, a broken
+    archive or SIF file included, ends up in the ``TaskResult``.
     """
     assert task.image is not None
     spec = parse_image(task.image)
-    engine = sif_engine() if spec.kind == "sif" else None
-    if engine is None and (reason := podman_missing()):
+    if spec.kind == "sif":
+        return _run_sif(task, Path(spec.source), workdir)
+    if reason := podman_missing():
         raise UserError(f"this job runs an OCI image and {reason}")  # no task key: it names the model
     check_sources(_image_stage(task))
     _binds(task)  # refuse unmountable paths before anything starts
@@ -530,7 +517,7 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
     if wall <= 0:
         return not_started(task, worker)
     try:
-        image = Image(spec.source, []) if engine else load_image(spec)
+        image = load_image(spec)
     except (_ImageError, UserError) as exc:
         return _unstarted(task, str(exc), worker, f"podman ({RUNTIME}): image not loaded")
     if task.deadline is not None:  # loading a large archive takes time off the job, not off the model
@@ -539,19 +526,126 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
             return not_started(task, worker)
     name = f"assay-{uuid.uuid4().hex}"  # nothing of the task's key, which names the model
     with _task_space(task, workdir) as space:
-        if engine:
-            argv = sif_command(engine, image.ref, task, space)
-        else:
-            argv = podman_command(spec, task, image, space, name, wall)
+        argv = podman_command(spec, task, image, space, name, wall)
         described = _describe(spec, image.ref, task, space)
         finished = None
         try:
-            stop = None if engine else lambda: _remove(spec, name)  # before draining the pipes it holds
-            finished = run_limited(argv, _client_env(), "/", wall, None, on_timeout=stop)
+            # on timeout the container goes before the pipes it holds are drained
+            finished = run_limited(
+                argv, _client_env(), "/", wall, None, on_timeout=lambda: _remove(spec, name)
+            )
         finally:
             # ``--rm`` removed a container that ended by itself, and ``on_timeout`` one out of time; an
             # interrupted harness leaves it running under conmon
-            if not engine and (finished is None or finished.exit_code is None):
+            if finished is None or finished.exit_code is None:
                 _remove(spec, name)
         outputs = {output: read_regular(space.root, _PRIVATE, "output", output) for output in task.outputs}
     return _result(task, finished, outputs, described, worker, wall)
+
+
+# --- .sif images: no engine, the image's root under bubblewrap ---------------------------------------------
+
+SIF_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # apptainer's PATH before env/*.sh
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def sif_environment(task: Task, name: str) -> dict[str, str]:
+    """The variables a ``.sif`` detector starts with: a folder detector's, built from scratch, with
+    apptainer's default ``PATH`` and the container variables runscripts look at (the image's file name,
+    never a host path)."""
+    env = _container_environment(task)
+    env["PATH"] = SIF_PATH
+    for prefix in ("APPTAINER", "SINGULARITY"):
+        env[f"{prefix}_CONTAINER"] = env[f"{prefix}_NAME"] = name
+    return env
+
+
+def sif_script(env: dict[str, str]) -> str:
+    """What ``/bin/sh -c`` runs in the image, as ``singularity run`` does: every ``/.singularity.d/env/*.sh``
+    sourced in name order, then the runscript with the arguments. The harness's own variables (``HOME``
+    and ``TMPDIR`` on scratch, thread counts, hidden GPUs) are set again after the scripts, as apptainer's
+    ``--env`` wins over an image's ``%environment``; ``PATH`` and the rest stay the image's."""
+    lines = [f'for script in {ENV_FOLDER}/*.sh; do if [ -f "$script" ]; then . "$script"; fi; done']
+    lines += [
+        f"export {variable}={shlex.quote(value)}"
+        for variable, value in env.items()
+        if variable != "PATH" and _SHELL_NAME.fullmatch(variable)
+    ]
+    lines.append(f'exec {RUNSCRIPT} "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def _check_readonly(task: Task, root: Path) -> None:
+    """A ``.sif`` run's read-only root has no room for new mount points: an extra host path (``readonly``)
+    is shown only where the image has a folder or file of that name."""
+    for path in task.readonly:
+        place = root / Path(path).resolve().relative_to("/")
+        if place.is_symlink() or not place.exists():
+            raise UserError(
+                f"{path}: a .sif image run shows host paths only where the image has a place for them"
+            )
+
+
+def _describe_sif(image: SifImage, partition: Partition, mounts: Mounts, space: _Space) -> str:
+    """The one line the job log keeps about how a ``.sif`` ran: the image, its signatures as read (never
+    verified), and the sandbox."""
+    signatures = "; ".join(s.describe() for s in image.signatures())
+    parts = [
+        f"sif, no engine (unsquashfs, bubblewrap): image sha256:{file_digest(image.path)[:12]}",
+        f"{partition.fs_name} {partition.arch} primary partition",
+        f"{signatures}, not verified" if signatures else "unsigned",
+        describe("bwrap", mounts),
+    ]
+    if not space.bounded:
+        parts.append("output folder not size-bounded (no tmpfs could be mounted)")
+    return "; ".join(parts)
+
+
+def _run_sif(task: Task, source: Path, workdir: Path | None) -> TaskResult:
+    """Run ``task`` from the ``.sif`` at ``source``: its primary partition unpacked once into the node's
+    cache, that root bubblewrap's read-only ``/``, the runscript the detector, read back like a folder's."""
+    if reason := sif_missing():
+        raise UserError(f"this job runs a .sif image and {reason}")
+    check_sources(_image_stage(task))
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    limits = task.limits
+    wall = time_left(task)
+    if wall <= 0:
+        return not_started(task, worker)
+    with contextlib.ExitStack() as stack:
+        try:
+            image = read_sif(source)
+            partition = system_partition(image)
+            check_arch(image, partition)
+            root = stack.enter_context(held_root(source, partition.offset, prepare_image_root, source.name))
+        except UserError as exc:
+            why = str(exc).replace(f"{source}: ", "")
+            return _unstarted(task, why, worker, "sif: image not unpacked")
+        _check_readonly(task, root)
+        wall = min(wall, time_left(task))  # unpacking takes time off the job, not off the model
+        if wall <= 0:
+            return not_started(task, worker)
+        space = stack.enter_context(_task_space(task, workdir))
+        group = stack.enter_context(task_cgroup(limits.max_processes))
+        mounts = Mounts(
+            readonly=list(task.readonly),
+            input=space.input,
+            private_bytes=limits.scratch_bytes,
+            memory_bytes=limits.memory_bytes,
+            network=limits.network,
+            gpus=limits.gpus > 0,
+            image_root=root,
+            output=space.private("output"),
+        )
+        env = sif_environment(task, source.name)
+        inside = [fill(arg, INSIDE_FOLDERS) for arg in container_arguments(task.argv)]
+        argv = [*bwrap_argv(mounts), "/bin/sh", "-c", sif_script(env), "runscript", *inside]
+        join = joiner(group) if group else None
+        finished = run_limited(argv, env, "/", wall, limits.memory_bytes, limits.gpus > 0, join=join)
+        outputs = {output: read_regular(space.root, _PRIVATE, "output", output) for output in task.outputs}
+        described = _describe_sif(image, partition, mounts, space)
+    if group is None:
+        described += "; process count not bounded (no pids cgroup)"
+    else:
+        described += f"; at most {limits.max_processes} processes"
+    return task_result(task, finished, outputs, described, worker, wall)

@@ -47,6 +47,7 @@ READONLY = str(Path(__file__).with_name("readonly.py"))
 
 
 INSIDE = Path("/task")  # the task's own tmpfs inside a bwrap sandbox: input/, scratch/, output/, shm/, tmp/
+_TMP_LINK = str(INSIDE.relative_to("/") / "tmp")  # /tmp, relative: see ``bwrap_argv``
 _DISABLE_USERNS = (0, 8)  # the bubblewrap release that added --disable-userns
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The dynamic loader's cache and time zone; no passwd, hosts or ssl: nothing a sealed detector needs.
@@ -65,6 +66,10 @@ class Mounts:
     ``/proc/meminfo`` (``assay.runner.procview``; None: this machine's total).
     ``writable``: at the ``unshare`` and ``none`` levels, the host folders the run may write (its scratch
     and output); ``private_bytes`` is then the size of its own ``/dev/shm``.
+    ``image_root``: an unpacked container image (a ``.sif``'s root, ``prepare_image_root``d) bound read-only
+    as ``/`` instead of the empty root and this host's runtime: the detector sees its own image only.
+    ``output``: a host folder bound as ``/task/output``, read back after the sandbox is gone (an image run
+    has no Python of ours for ``collect.py``, so it is not pid 1 either: bubblewrap's own init is).
     """
 
     readonly: list[Path] = field(default_factory=list)
@@ -74,6 +79,8 @@ class Mounts:
     network: bool = False
     gpus: bool = False
     writable: list[Path] = field(default_factory=list)
+    image_root: Path | None = None
+    output: Path | None = None
 
 
 def _attempt(argv: list[str]) -> str | None:
@@ -239,22 +246,46 @@ def bwrap_argv(mounts: Mounts) -> list[str]:
     task's tmpfs. The command is pid 1 (``--as-pid-1``): the collector, which then takes no signal from the
     detector (``collect.py``).
     """
-    argv = ["bwrap", "--tmpfs", "/", "--proc", "/proc", *proc_binds(mounts.memory_bytes)]
+    image = mounts.image_root
+    root = ["--ro-bind", str(Path(image).resolve()), "/"] if image is not None else ["--tmpfs", "/"]
+    argv = ["bwrap", *root, "--proc", "/proc", *proc_binds(mounts.memory_bytes)]
     argv += _devices(mounts.gpus)
     argv += ["--size", str(mounts.private_bytes), "--tmpfs", str(INSIDE)]
     argv += [arg for name in ("input", "scratch", "output") for arg in ("--dir", str(INSIDE / name))]
     argv += [arg for name in ("shm", "tmp") for arg in ("--perms", "1777", "--dir", str(INSIDE / name))]
-    argv += ["--symlink", str(INSIDE.relative_to("/") / "tmp"), "/tmp", *_namespaces()]
-    argv += ["--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if image is None:  # an image root has the link already (``prepare_image_root``)
+        argv += ["--symlink", _TMP_LINK, "/tmp"]
+    argv += _namespaces()
+    argv += ["--as-pid-1"] if image is None else []  # the collector; an image run has bubblewrap's init
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += ["--hostname", "sandbox"] if hostname_settable() else []
     if not mounts.network:
         argv.append("--unshare-net")
-    for path in _existing([*runtime_paths(), *mounts.readonly]):
+    runtime = runtime_paths() if image is None else []
+    for path in _existing([*runtime, *mounts.readonly]):
         argv += _show(path)
     if mounts.input is not None:
         argv += ["--ro-bind", str(Path(mounts.input).resolve()), str(INSIDE / "input")]
+    if mounts.output is not None:
+        argv += ["--bind", str(Path(mounts.output).resolve()), str(INSIDE / "output")]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return [*argv, "--"]
+
+
+def prepare_image_root(root: Path) -> None:
+    """Make an unpacked image root ready to be ``bwrap_argv``'s read-only ``/``: bubblewrap can make no
+    mount point on it, so ``/proc``, ``/dev`` and ``/task`` become empty folders of their own and ``/tmp``
+    the same link into the task's tmpfs a folder detector gets (apptainer mounts over all four too, so
+    nothing the image kept there was ever seen by a detector)."""
+    for name in ("proc", "dev", INSIDE.name, "tmp"):
+        place = root / name
+        if place.is_symlink() or place.is_file():
+            place.unlink()
+        elif place.is_dir():
+            shutil.rmtree(place)
+    for name in ("proc", "dev", INSIDE.name):
+        (root / name).mkdir(mode=0o755)
+    (root / "tmp").symlink_to(_TMP_LINK)
 
 
 def wrap(level: str, argv: list[str], mounts: Mounts) -> tuple[list[str], str]:
@@ -281,7 +312,10 @@ def describe(level: str, mounts: Mounts) -> str:
         why = "neither bwrap nor unshare is available" if isolation_available() == "none" else "chosen"
         view = host_view(level) or "it could write whatever this user may"
         return f"none: {why}; {view}; network not cut off, paths not hidden"
-    parts = ["empty read-only root with inputs and runtime only"]
+    if mounts.image_root is not None:
+        parts = ["the image's own root read-only, with inputs only"]
+    else:
+        parts = ["empty read-only root with inputs and runtime only"]
     parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
     parts += ["host-wide /proc counters hidden", network, "own pid namespace", "no capabilities"]
     if not hostname_settable():

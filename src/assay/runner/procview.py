@@ -27,6 +27,10 @@ import stat
 import tempfile
 from pathlib import Path
 
+from assay.runner.workspace import OWNER_FILE, owner_is_dead, owner_line
+
+PREFIX = "assay-proc-"
+
 # Host-wide files that move with other runs and that nothing a detector needs parses: shown empty.
 BLANK_FILES = (
     "allocinfo",
@@ -133,11 +137,29 @@ _HOMES: list[Path] = []
 
 def _home() -> Path:
     """This process's private folder of views, removed at exit; a fresh one (never the old name, which
-    someone else may hold by now) should a temp-dir cleaner have removed it."""
+    someone else may hold by now) should a temp-dir cleaner have removed it. Folders of processes that
+    died without exiting (SIGKILL) are swept first, as the workspace sweeps its task folders."""
     if not _HOMES or not _own_folder(_HOMES[-1]):
-        _HOMES.append(Path(tempfile.mkdtemp(prefix="assay-proc-")))
-        atexit.register(shutil.rmtree, _HOMES[-1], True)
+        sweep_stale(Path(tempfile.gettempdir()))
+        home = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (home / OWNER_FILE).write_text(owner_line())
+        _HOMES.append(home)
+        atexit.register(shutil.rmtree, home, True)
     return _HOMES[-1]
+
+
+def sweep_stale(base: Path) -> list[Path]:
+    """Remove view folders under ``base`` left by dead processes of this host and user."""
+    removed = []
+    for folder in base.glob(f"{PREFIX}*"):
+        try:
+            owner = (folder / OWNER_FILE).read_text()
+        except OSError:
+            continue
+        if _own_folder(folder) and owner_is_dead(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _own_folder(path: Path) -> bool:

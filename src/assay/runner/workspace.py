@@ -72,7 +72,8 @@ def _pid_namespace() -> str:
         return "?"
 
 
-def _owner() -> str:
+def owner_line() -> str:
+    """This process as ``owner_is_dead`` reads it: host, pid, start time and pid namespace."""
     pid = os.getpid()
     return f"{socket.gethostname()} {pid} {_start_time(pid)} {_pid_namespace()}"
 
@@ -116,7 +117,7 @@ def workspace(base: Path | None = None) -> Iterator[Workspace]:
     root = Path(tempfile.mkdtemp(prefix="task-", dir=base))
     space = Workspace(base, root)
     try:
-        (root / OWNER_FILE).write_text(_owner())
+        (root / OWNER_FILE).write_text(owner_line())
         for folder in (space.input, space.scratch, space.output):
             folder.mkdir()
         yield space

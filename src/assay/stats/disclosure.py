@@ -9,6 +9,11 @@ Two mechanisms, for two guarantees (docs/leaderboard.md defends both):
   more: ``grid_information`` counts them exactly. Cross entropy gets cells 1/200 of [0, 1] wide for 8 bits
   (0.005) and geometric cells above 1; bounded metrics equal cells on [0, 1].
 - ``partition``/``disclose`` (worst case, "bins"), below.
+- ``partition(..., believed=True)`` ("belief"): the same bins, with each label vector weighted by the
+  probability the detector's own answers give it (model i trojaned with probability p_i, independently),
+  each bin holding at least 2^-bits of that probability. A team that believes its answers then learns at
+  most ``bits`` bits from any outcome; a probe answering about 0.5 believes every vector equally and gets
+  the counting bins above; a confident detector's bins are narrow where its answers expect its score.
 
 A detector's score on sequestered models is a function of its own answers ``p`` (which its team knows) and
 the hidden labels ``y``. Shown exactly, one cross entropy can single out ``y`` among all 2^n label vectors:
@@ -131,9 +136,9 @@ class Shown:
     high: float
     bin: int  # 1 = the best-scoring bin
     bins: int
-    share: float  # share of all label vectors scoring in this bin or better (lower)
-    vectors: float  # label vectors consistent with what is shown
-    bits: float  # n - log2(vectors): what this showing reveals
+    share: float  # share of all label vectors scoring in this bin or better (lower); believed: probability
+    vectors: float  # label vectors consistent with what is shown (believed: their probability)
+    bits: float  # n - log2(vectors): what this showing reveals (believed: -log2 of the bin's probability)
 
 
 @dataclass(frozen=True)
@@ -148,8 +153,9 @@ class Partition:
     ends: np.ndarray  # lattice offset (inclusive) where each bin ends, increasing
     starts: np.ndarray  # first occupied lattice offset of each bin
     last: np.ndarray  # last occupied lattice offset of each bin
-    counts: np.ndarray  # label vectors in each bin
-    total: float  # 2^n
+    counts: np.ndarray  # label vectors in each bin (their believed probability, when ``believed``)
+    total: float  # 2^n (1, when ``believed``)
+    believed: bool = False  # bins of the answers' own probability rather than of counts
 
     def offsets(self, labels: np.ndarray) -> np.ndarray:
         """Lattice offsets of label vectors (rows of ``labels``, or one vector)."""
@@ -164,6 +170,7 @@ class Partition:
         """What is shown for the true labels ``labels``."""
         k = int(self.bin_of(labels))
         vectors = float(self.counts[k])
+        bits = -math.log2(vectors) if self.believed else self.n - math.log2(vectors)
         return Shown(
             low=(self.base + int(self.starts[k])) * self.unit / self.n,
             high=(self.base + int(self.last[k])) * self.unit / self.n + self.unit,
@@ -171,7 +178,7 @@ class Partition:
             bins=len(self.ends),
             share=float(self.counts[: k + 1].sum()) / self.total,
             vectors=vectors,
-            bits=self.n - math.log2(vectors),
+            bits=bits,
         )
 
 
@@ -188,30 +195,45 @@ def _lattice(zero: np.ndarray, one: np.ndarray) -> tuple[float, int, np.ndarray,
     )
 
 
-def subset_sum_counts(steps: np.ndarray) -> np.ndarray:
-    """``counts[s]``: how many of the 2^n choices (take ``steps[i]`` or not) sum to ``s``."""
+def subset_sum_counts(steps: np.ndarray, chances: np.ndarray | None = None) -> np.ndarray:
+    """``counts[s]``: how many of the 2^n choices (take ``steps[i]`` or not) sum to ``s``.
+
+    With ``chances`` (the probability of taking each step, independently): the probability that the sum
+    is ``s`` instead of a count.
+    """
     counts = np.zeros(int(steps.sum()) + 1)
     counts[0] = 1.0
     top = 0
-    for step in (int(s) for s in steps):
-        if step:
-            counts[step : step + top + 1] += counts[: top + 1].copy()
-        else:
-            counts[: top + 1] *= 2.0
+    for i, step in enumerate(int(s) for s in steps):
+        if chances is None:
+            if step:
+                counts[step : step + top + 1] += counts[: top + 1].copy()
+            else:
+                counts[: top + 1] *= 2.0
+        elif step:
+            taken = float(chances[i])
+            moved = counts[: top + 1] * taken
+            counts[: top + 1] *= 1.0 - taken
+            counts[step : step + top + 1] += moved
         top += step
     return counts
 
 
-def _cut(counts: np.ndarray, minimum: float) -> np.ndarray:
-    """Inclusive end offsets of consecutive bins of at least ``minimum`` vectors (the last one merged)."""
+def _cut(counts: np.ndarray, weights: np.ndarray, minimum: float, exact: bool) -> np.ndarray:
+    """Inclusive end offsets of consecutive bins of at least ``minimum`` weight (the last one merged).
+
+    ``counts`` says which lattice points hold a label vector (a believed probability may underflow to 0
+    where a vector still lies); ``weights`` are what each bin must gather (counts or probabilities);
+    ``exact``: the weights are integers below 2^53, so no margin is needed.
+    """
     occupied = np.flatnonzero(counts)
-    running = np.cumsum(counts[occupied])
+    running = np.cumsum(weights[occupied])
     total = running[-1]
-    if minimum <= 1.0:
+    if minimum <= 0.0 or (exact and minimum <= 1.0):
         return occupied
     ends: list[int] = []
     taken = 0.0
-    need = minimum if total < 2.0**53 else minimum * _MARGIN  # exact integers below 2^53
+    need = minimum if exact else minimum * _MARGIN
     while total - taken >= need:
         i = int(np.searchsorted(running, taken + need, side="left"))
         if i >= len(running):
@@ -225,16 +247,34 @@ def _cut(counts: np.ndarray, minimum: float) -> np.ndarray:
     return np.array(ends, dtype=np.int64)
 
 
-def partition(predictions: np.ndarray, metric: str, bits: float) -> Partition:
-    """Bins of the 2^n label vectors by the score ``predictions`` would get, each of >= 2^(n - bits)."""
+def believed(predictions: np.ndarray, larger: np.ndarray) -> np.ndarray:
+    """Per model, the probability the answers give to its larger loss (clipped as the log score clips)."""
+    p = np.clip(np.asarray(predictions, dtype=np.float64), EPSILON, 1.0 - EPSILON)
+    return np.where(larger == 1, p, 1.0 - p)
+
+
+def partition(
+    predictions: np.ndarray, metric: str, bits: float, believed_by_answers: bool = False
+) -> Partition:
+    """Bins of the 2^n label vectors by the score ``predictions`` would get, each of >= 2^(n - bits).
+
+    ``believed_by_answers``: each bin holds at least 2^-bits of the probability the answers themselves give
+    the label vectors (models independent, model i trojaned with probability p_i), and ``counts``, ``total``
+    and what ``shown`` reports as ``share`` are that probability (total 1) instead of counts.
+    """
     zero, one = loss_pair(predictions, metric)
     n = len(zero)
     unit, base, steps, larger = _lattice(zero, one)
     counts = subset_sum_counts(steps)
-    ends = _cut(counts, 2.0 ** (n - bits))
+    if believed_by_answers:
+        weights = subset_sum_counts(steps, believed(predictions, larger))
+        ends = _cut(counts, weights, 2.0**-bits, exact=False)
+    else:
+        weights = counts
+        ends = _cut(counts, counts, 2.0 ** (n - bits), exact=float(counts.sum()) < 2.0**53)
     occupied = np.flatnonzero(counts)
     first = np.searchsorted(occupied, np.concatenate(([0], ends[:-1] + 1)), side="left")
-    per_bin = np.add.reduceat(counts[occupied], first)
+    per_bin = np.add.reduceat(weights[occupied], first)
     last = occupied[np.searchsorted(occupied, ends, side="right") - 1]
     return Partition(
         n=n,
@@ -246,10 +286,17 @@ def partition(predictions: np.ndarray, metric: str, bits: float) -> Partition:
         starts=occupied[first],
         last=last,
         counts=per_bin,
-        total=float(counts.sum()),
+        total=float(weights.sum()),
+        believed=believed_by_answers,
     )
 
 
-def disclose(predictions: np.ndarray, labels: np.ndarray, metric: str, bits: float) -> Shown:
+def disclose(
+    predictions: np.ndarray,
+    labels: np.ndarray,
+    metric: str,
+    bits: float,
+    believed_by_answers: bool = False,
+) -> Shown:
     """What may be shown of ``metric`` for ``predictions`` against ``labels`` at a budget of ``bits``."""
-    return partition(predictions, metric, bits).shown(np.asarray(labels))
+    return partition(predictions, metric, bits, believed_by_answers).shown(np.asarray(labels))
