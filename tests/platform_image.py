@@ -81,6 +81,7 @@ RUNTIME_LIBRARIES = (
     Path("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
 )
 BWRAP = Path("/usr/bin/bwrap")
+UNSQUASHFS = Path("/usr/bin/unsquashfs")  # SIF submissions (runner/squashfs.py)
 STDLIB_SKIP = {
     "test",
     "idlelib",
@@ -368,12 +369,12 @@ def extension_modules(names: list[str]) -> list[Path]:
 
 
 def worker_root() -> list[Path]:
-    """``build/worker-root``: bubblewrap and the libraries it links, at their own paths (the offline
-    stand-in for the worker stage's ``apt-get install bubblewrap``)."""
+    """``build/worker-root``: bubblewrap, unsquashfs and the libraries they link, at their own paths (the
+    offline stand-in for the worker stage's ``apt-get install bubblewrap squashfs-tools``)."""
     root = PROJECT / "build" / "worker-root"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    for path in sorted({BWRAP, *_libraries([BWRAP])}):
+    for path in sorted({BWRAP, UNSQUASHFS, *_libraries([BWRAP, UNSQUASHFS])}):
         target = root / str(path).lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)  # links followed: the loader finds the file under the linked name
