@@ -8,6 +8,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from assay import textfile
 from assay.errors import UserError, validation_error
 
 M = TypeVar("M", bound=BaseModel)
@@ -19,10 +20,7 @@ def load_yaml_model(path: str | Path, model: type[M], what: str) -> M:
     Every problem is one ``UserError`` naming the file, and the line (bad YAML) or field and value.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from exc
+    text = textfile.read(path, what)
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -103,11 +103,26 @@ def parse_commitment(text: str) -> dict[str, str]:
     return fields
 
 
+_UNSAFE_IN_URL = '<>"`{}|\\^'  # RFC 3986 leaves these out of a link: they must be percent-encoded
+
+
 def clean_url(url: str) -> str:
-    """An optional http(s) link; other schemes (``javascript:``) are refused because it is shown as a link."""
+    """An optional http(s) link, refused with the real reason: another scheme (``javascript:``: it is shown
+    as a link), spaces, characters a link must percent-encode (markup), or no host."""
     url = clean_text(url, "url", 500)
-    if url and (not re.fullmatch(r"https?://[^\s/]+\S*", url, flags=re.IGNORECASE)):
-        raise UserError(f"url: must start with http:// or https:// (value: {url[:80]!r})")
+    if not url:
+        return url
+    value = f"(value: {url[:80]!r})"
+    if not re.match(r"https?://", url, flags=re.IGNORECASE):
+        raise UserError(f"url: must start with http:// or https:// {value}")
+    if re.search(r"\s", url):
+        raise UserError(f"url: must be one link without spaces or line breaks {value}")
+    bad = next((c for c in url if c in _UNSAFE_IN_URL), None)
+    if bad is not None:
+        code = f"%{ord(bad):02X}"
+        raise UserError(f"url: {bad!r} cannot stand in a link unencoded (write it as {code}) {value}")
+    if not re.match(r"https?://[^/?#]+", url, flags=re.IGNORECASE):
+        raise UserError(f"url: names no host after the scheme {value}")
     return url
 
 
