@@ -1,4 +1,4 @@
-"""Text files users hand assay (STAR specs, pools, rating tables, dialogue imports; YAML configs), read as UTF-8.
+"""Text files users hand assay (YAML configs; STAR specs, pools, rating tables, imports), read as UTF-8.
 
 A file saved in another encoding (Latin-1 or Windows-1252 from a spreadsheet, say) would otherwise end the
 command in a traceback. Here it is one ``UserError`` line that says where the first bad byte is (the line,

@@ -220,8 +220,8 @@ BAD_SPECS = {
     "unknown-field": (lambda r: r.update(colour="red"), "colour", "Extra inputs"),
     "duplicate-rule": (
         lambda r: r["rules"].append(dict(r["rules"][0])),
-        "(top level)",
-        "'hate' is used twice",
+        "rules.3.id",
+        "repeats the id of rules.0",
     ),
 }
 

@@ -9,8 +9,8 @@ from sqlalchemy import select
 
 from assay.errors import UserError
 from assay.star.assign import create_campaign
-from assay.star.participants import import_pool, load_pool, membership
-from assay.star.spec import PREFER_NOT_TO_SAY, load_spec
+from assay.star.participants import blank_attributes, group_attributes, import_pool, load_pool, membership
+from assay.star.spec import PREFER_NOT_TO_SAY, CampaignSpec, load_spec
 from assay.store import StarParticipant, open_store
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "star-campaign.yaml"
@@ -207,3 +207,26 @@ def test_participants_are_exported_and_reported_as_counts_never_as_people(tmp_pa
     assert "4 people in the pool, 3 of them" in section and '<td class="l">Black</td><td>1</td>' in section
     names = ("Ada", "Quill", "Bo Rask", "Cy", "Dunmore", "Voss", "p1", "p2", "p3", "p4")
     assert not [n for n in names if n in section or n in str(report.summary["participants"])]
+
+
+def test_only_the_attributes_the_target_groups_need_are_required(tmp_path: Path, spec) -> None:
+    """A column is required for an attribute the target groups are drawn over, and for nothing else: a spec
+    whose intersections use race alone needs no gender, and one whose rules target no group needs neither."""
+    raw = spec.model_dump()
+    race_only = CampaignSpec.model_validate(
+        raw | {"demographics": {**raw["demographics"], "intersections": ["race"]}}
+    )
+    no_groups = CampaignSpec.model_validate(
+        raw | {"rules": [{**rule, "targets_groups": False} for rule in raw["rules"]]}
+    )
+    assert group_attributes(spec) == ["race", "gender"] and group_attributes(race_only) == ["race"]
+    assert group_attributes(no_groups) == []
+    path = write(tmp_path, "pool.csv", "id,roles,race\np1,annotator,Asian\np2,annotator,\n")
+    with pytest.raises(
+        UserError, match=r"pool\.csv:1: field 'gender' is missing: the campaign's target groups"
+    ):
+        load_pool(path, spec)
+    people = load_pool(path, race_only)
+    (blank,) = blank_attributes(path, people, race_only)
+    assert blank.startswith(f"{path}:3: p2 (p2) declares no 'race'")
+    assert len(load_pool(write(tmp_path, "bare.csv", "id,roles\np1,annotator\n"), no_groups)) == 1

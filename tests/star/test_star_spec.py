@@ -57,7 +57,7 @@ def _write(tmp_path: Path, change) -> Path:
     [
         (lambda r: r["templates"].update(x="{{ mood }}"), "(top level)", "refers to 'mood'"),
         (lambda r: r["templates"].update(x="{% if %}"), "(top level)", "template 'x' line 1"),
-        (lambda r: r["rules"].append(dict(r["rules"][0])), "(top level)", "rule id 'hate' is used twice"),
+        (lambda r: r["rules"].append(dict(r["rules"][0])), "rules.3.id", "repeats the id of rules.0"),
         (lambda r: r.update(colour="red"), "colour", "Extra inputs"),
         (lambda r: r.update(arbitration_gap=4), "(top level)", "wider than the scale"),
         (lambda r: r["demographics"]["attributes"]["race"].append("Asian"), "demographics", "twice"),

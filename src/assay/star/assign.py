@@ -10,7 +10,8 @@ the campaign: ``balance.in_group_counts``); ``claim_next`` hands a person the ol
 by ``arbitration_gap`` or more, opens exactly one arbitrate task (the "both" arm's out-group ratings are
 extra, flagged ``ablation``: they never call for arbitration).
 ``shortfalls`` reports the tasks nobody in the pool may take, by group, and marks them ``waiting``.
-``release_expired_claims`` puts claims nobody finished in time back in the queue.
+``release_expired_claims`` puts claims nobody finished in time back in the queue, ``release_claim`` one claim
+its holder gives back.
 
 A claim is one conditional ``UPDATE ... WHERE id = (first eligible) AND (still eligible) RETURNING id``, so
 two claimers never get the same task and the checks (role, opt-out, daily cap, group membership, expertise,
@@ -312,6 +313,7 @@ def _task_conditions(task: Any, kind: str) -> list[ColumnElement[bool]]:
         task.campaign_id == bindparam("campaign"),
         task.kind == kind,
         task.status.in_(CLAIMABLE),
+        task.id.not_in(bindparam("avoid", expanding=True)),  # a task just skipped (empty: none)
         ~exists(seen),
         or_(
             task.in_group.is_(None),
@@ -383,17 +385,24 @@ def _built_claim_statement(kind: str) -> Any:
     )
 
 
-def _claim_params(who: _Claimant, now: datetime) -> dict[str, Any]:
-    """The bound values of ``_claim_statement`` for this claimer at ``now``."""
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+def utc_day(now: datetime) -> tuple[datetime, datetime]:
+    """The UTC day ``now`` falls in, [start, end): the day of the daily cap, and of "done today"."""
+    day = _utc(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day, day + timedelta(days=1)
+
+
+def _claim_params(who: _Claimant, now: datetime, avoid: Iterable[int] = ()) -> dict[str, Any]:
+    """The bound values of ``_claim_statement`` for this claimer at ``now``, passing over ``avoid``."""
+    day_start, day_end = utc_day(now)
     return {
         "campaign": who.campaign_id,
         "who": who.participant_id,
         "ins": sorted(who.ins),
         "outs": sorted(who.outs),
         "rules": sorted(who.rules),
-        "day_start": day,
-        "day_end": day + timedelta(days=1),
+        "avoid": sorted(avoid),
+        "day_start": day_start,
+        "day_end": day_end,
         "now": now,
     }
 
@@ -447,13 +456,16 @@ def claimant(session: Session, participant_id: int, kind: str) -> _Claimant | No
 
 
 def claim_as(
-    sessions: sessionmaker[Session], who: _Claimant | None, now: datetime | None = None
+    sessions: sessionmaker[Session],
+    who: _Claimant | None,
+    now: datetime | None = None,
+    avoid: Iterable[int] = (),
 ) -> int | None:
     """The claim itself: one conditional UPDATE in its own transaction, retried on a lock past the busy
-    timeout or a lost race (PostgreSQL)."""
+    timeout or a lost race (PostgreSQL). Tasks in ``avoid`` (one just skipped) are passed over."""
     if who is None:
         return None
-    statement, params = _claim_statement(who.kind), _claim_params(who, _utc(now))
+    statement, params = _claim_statement(who.kind), _claim_params(who, _utc(now), avoid)
 
     def claim() -> int | None:
         with sessions.begin() as session:
@@ -492,6 +504,26 @@ def release_expired_claims(
     ).all()
     session.flush()
     return sorted(released)
+
+
+def release_claim(session: Session, task_id: int, participant_id: int) -> bool:
+    """Put one claimed task back in the queue (open, nobody's, as if never claimed) if this person still
+    holds it; whether it was released. One conditional UPDATE, so a task submitted at the same moment is
+    either done or released, never both. Like an expired claim it leaves no trace on the person: not in
+    their claims of the day (the daily cap), not in their finished work, not among the dialogue's people."""
+    released = session.scalar(
+        update(StarTask)
+        .where(
+            StarTask.id == task_id,
+            StarTask.status == TaskStatus.CLAIMED,
+            StarTask.participant_id == participant_id,
+        )
+        .values(status=TaskStatus.OPEN, participant_id=None, claimed_at=None)
+        .returning(StarTask.id)
+        .execution_options(synchronize_session="fetch")  # a loaded task sees the release
+    )
+    session.flush()
+    return released is not None
 
 
 # --- dialogues ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from assay.errors import UserError
@@ -74,13 +75,13 @@ def design(
     console.print(f"{table.count} instructions written to {out} (seed {seed})", highlight=False)
     for line in table.warnings:
         errors.print(f"[yellow]warning:[/] {line}", highlight=False)
-    _print_power_warnings(power_warnings)
+    _print_warnings(power_warnings)
 
 
-def _print_power_warnings(lines: list[str]) -> None:
-    """Design-time warnings: the planned campaign is smaller than the group tests need."""
+def _print_warnings(lines: list[str]) -> None:
+    """Warnings on stderr, one line each: the command went ahead, but something deserves a look."""
     for line in lines:
-        errors.print(f"[yellow]warning:[/] {line}", highlight=False)
+        errors.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
 
 
 @app.command("plan-power")
@@ -120,6 +121,8 @@ def plan_power(
     except ValidationError as exc:
         raise validation_error(exc, "plan-power options") from None
     people = participants.load_pool(pool, spec) if pool is not None else None
+    if pool is not None and people is not None:
+        _print_warnings(participants.blank_attributes(pool, people, spec))
     plan = planning.plan_power(spec, target, count, people, person_icc)
     if json_out:
         console.print_json(plan.model_dump_json())
@@ -228,7 +231,7 @@ def init(
     with engine.open_store().begin() as session:
         assign_module.create_campaign(session, spec, seed=seed)
     console.print(f"campaign {spec.name} created", highlight=False)
-    _print_power_warnings(planning.plan_power(spec).warnings())
+    _print_warnings(planning.plan_power(spec).warnings())
 
 
 @participants_app.command("import")
@@ -243,6 +246,40 @@ def participants_import(
     with engine.open_store().begin() as session:
         summary = participants.import_pool(session, assign_module.get_campaign(session, campaign), pool)
     console.print(f"{summary.added} added, {summary.updated} updated", highlight=False)
+    _print_warnings(summary.warnings)
+
+
+@participants_app.command("list")
+def participants_list(
+    campaign: str = typer.Argument(..., help="Campaign name."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: one object per person."),
+) -> None:
+    """Show the campaign's pool as stored: id, name, roles, expertise, each attribute, daily cap, opt-out.
+
+    Example: assay star participants list demo-campaign
+    """
+    with engine.open_store()() as session:
+        found = assign_module.get_campaign(session, campaign)
+        people = [person.record() for person in participants.pool_of(session, found)]
+        attributes = list(assign_module.campaign_spec(found).demographics.attributes)
+    if json_out:
+        console.print_json(json.dumps(people))
+        return
+    table = Table(title=f"{campaign}: {len(people)} participant(s)", title_justify="left")
+    for header in ("id", "name", "roles", "expertise", *attributes, "daily cap", "opted out"):
+        table.add_column(header, justify="right" if header == "daily cap" else "left")
+    for row in people:
+        declared = ["; ".join(row["demographics"].get(attr, [])) for attr in attributes]
+        table.add_row(
+            row["id"],
+            row["name"],
+            "; ".join(row["roles"]),
+            "; ".join(row["expertise"]),
+            *declared,
+            str(row["daily_cap"]),
+            "yes" if row["opted_out"] else "",
+        )
+    console.print(table)
 
 
 @app.command()
@@ -307,7 +344,8 @@ def status(
 @app.command()
 def sweep() -> None:
     """Once, what a running web server does every few seconds: release expired claims of every campaign
-    and re-check shortfalls (tasks nobody may take are marked waiting). Safe to run at any time.
+    and the claims of a stopped `assay star simulate`, and re-check shortfalls (tasks nobody may take are
+    marked waiting). Safe to run at any time.
 
     Example: assay star sweep
     """
@@ -351,6 +389,7 @@ def simulate(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Rehearse a campaign without people: LLM red teamer, target and annotators, all marked machine-made.
+    Run again with the same settings, it resumes where a stopped run left off.
 
     Example: assay star simulate examples/star-campaign.yaml -n 4 --target hf:SMOLLM2.gguf
     """
@@ -390,9 +429,11 @@ def simulate(
     if json_out:
         console.print_json(json.dumps(summary.__dict__))
         return
+    resumed = f" (resumed: {summary.done_before} dialogues were done before)" if summary.resumed else ""
     console.print(
-        f"campaign {summary.campaign}: {summary.dialogues} dialogues, {summary.annotations} annotations, "
-        f"{summary.arbitrations} arbitrations, {summary.unparsed_ratings} unparsed ratings (machine-made)",
+        f"campaign {summary.campaign}{resumed}: {summary.dialogues} dialogues, {summary.annotations} "
+        f"annotations, {summary.arbitrations} arbitrations, {summary.unparsed_ratings} unparsed ratings "
+        "(machine-made)",
         highlight=False,
     )
     if summary.arms:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from assay import textfile
 from assay.errors import UserError, input_error, validation_error
 from assay.fileio import atomic_path, write_text_atomic
 from assay.star.assign import NO_ARM, campaign_spec, dialogue_arms, list_annotations, list_dialogues
@@ -288,10 +289,7 @@ def import_lines(
     """A text file of prompts, one per line (e.g. HarmBench behaviours), as one-turn dialogue rows."""
     path = Path(path)
     name = source or path.stem
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read as UTF-8 text ({exc})") from None
+    lines = textfile.read(path, "prompt file").splitlines()
     rows = []
     for number, line in enumerate(lines, start=1):
         if line.strip() and (limit is None or len(rows) < limit):
@@ -310,10 +308,11 @@ def import_hh_rlhf(
     opener = gzip.open if path.suffix == ".gz" else open
     rows: list[dict[str, Any]] = []
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
+        with opener(path, "rb") as handle:  # bytes, decoded line by line: a bad byte names its line
+            for line_number, raw in enumerate(handle, start=1):
                 if limit is not None and len(rows) >= limit:
                     break
+                line = textfile.decode_line(raw, path, line_number, "HH-RLHF file")
                 if not line.strip():
                     continue
                 try:
@@ -351,8 +350,9 @@ def read_table(path: str | Path) -> pd.DataFrame:
             raise UserError(f"{path}: cannot read as Parquet ({exc})") from None
     rows = []
     try:
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                line = textfile.decode_line(raw, path, number, "dialogue table")
                 if not line.strip():
                     continue
                 try:
@@ -387,8 +387,9 @@ def read_export(
             raise UserError(
                 f"{folder}: no {SPEC_FILE}; export with a current `assay star export` or pass --spec"
             )
+        spec_text = textfile.read(spec_path, "export's spec")
         try:
-            spec = CampaignSpec.model_validate_json(spec_path.read_text(encoding="utf-8"))
+            spec = CampaignSpec.model_validate_json(spec_text)
         except ValueError as exc:
             raise validation_error(exc, spec_path) from None
     frames = {name: read_table(_table_path(folder, name)) for name in TABLES}

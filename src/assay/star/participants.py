@@ -14,11 +14,17 @@ Membership of a target group (a mapping attribute -> value, e.g. ``{race: Asian,
 * **neither** when the person answered "prefer not to say" for any attribute of the group, or declared
   nothing for an attribute that would decide it. Such a person is never used for in/out-group matching of
   that group, but is matched for everything else (other groups, rules that target no group).
+
+A pool must have a column (a key, in YAML) for every attribute the campaign's target groups are drawn over:
+without it nobody would ever count as in- or out-group for those groups, silently, so the file is refused.
+A blank cell is allowed, but it may be an oversight rather than an answer, so ``blank_attributes`` names
+each such person (``prefer not to say`` is the explicit answer and is not named).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +34,7 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from assay import textfile
 from assay.errors import UserError, input_error
 from assay.star.spec import PREFER_NOT_TO_SAY, CampaignSpec
 from assay.store.star_models import ROLES, StarCampaign, StarParticipant
@@ -49,14 +56,30 @@ class Person:
     demographics: dict[str, list[str]]
     daily_cap: int
     opted_out: bool
+    # Where the person is in the pool file (0: read from the store); not part of who they are.
+    line: int = dataclasses.field(default=0, compare=False)
+
+    def record(self) -> dict[str, Any]:
+        """The person in the pool file's own words (``id``, not ``external_id``), for listings and JSON."""
+        return {
+            "id": self.external_id,
+            "name": self.name,
+            "roles": list(self.roles),
+            "expertise": list(self.expertise),
+            "demographics": {k: list(v) for k, v in self.demographics.items()},
+            "daily_cap": self.daily_cap,
+            "opted_out": self.opted_out,
+        }
 
 
 @dataclass(frozen=True)
 class ImportSummary:
-    """What an import changed: new people and people whose row was updated."""
+    """What an import changed: new people and people whose row was updated; ``warnings``: the people whose
+    blank cells keep them out of some groups' matching (``blank_attributes``)."""
 
     added: int
     updated: int
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 def membership(demographics: Mapping[str, list[str]], group: Mapping[str, str] | None) -> bool | None:
@@ -76,11 +99,9 @@ def membership(demographics: Mapping[str, list[str]], group: Mapping[str, str] |
 def load_pool(path: str | Path, spec: CampaignSpec) -> list[Person]:
     """Read and validate a pool file (``.csv``, or ``.yaml``/``.yml``) against the campaign spec."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the participant pool ({exc.strerror or exc})") from exc
-    rows = _yaml_rows(path, text) if path.suffix.lower() in (".yaml", ".yml") else _csv_rows(path, text)
+    text = textfile.read(path, "participant pool")
+    is_yaml = path.suffix.lower() in (".yaml", ".yml")
+    columns, rows = _yaml_rows(path, text) if is_yaml else _csv_rows(path, text)
     people: list[Person] = []
     seen: dict[str, int] = {}
     for line, row, lines in rows:
@@ -91,7 +112,71 @@ def load_pool(path: str | Path, spec: CampaignSpec) -> list[Person]:
             )
         seen[person.external_id] = line
         people.append(person)
+    _check_columns(path, columns, spec, "key" if is_yaml else "column")
     return people
+
+
+def group_attributes(spec: CampaignSpec) -> list[str]:
+    """The attributes the campaign's target groups are drawn over, in the spec's order; none when no rule
+    targets groups (then no attribute decides any matching)."""
+    if not any(rule.targets_groups for rule in spec.rules):
+        return []
+    used = {attr for group in spec.demographics.groups() for attr in group}
+    return [attr for attr in spec.demographics.attributes if attr in used]
+
+
+def _check_columns(path: Path, columns: list[str], spec: CampaignSpec, kind: str) -> None:
+    """Refuse a pool that lacks an attribute the target groups need: nobody in it could ever be in- or
+    out-group for those groups, and nothing else would say so."""
+    for attr in group_attributes(spec):
+        if attr not in columns:
+            example = next(f"{k}={v}" for g in spec.demographics.groups() for k, v in g.items() if k == attr)
+            raise input_error(
+                path,
+                1,
+                attr,
+                ", ".join(columns),
+                f"is missing: the campaign's target groups need it (e.g. {example}), and without it nobody "
+                f"counts as in- or out-group for them; add the {kind} (blank, or {PREFER_NOT_TO_SAY!r}, for "
+                "anyone who does not say)",
+            )
+
+
+def blank_attributes(path: str | Path, people: list[Person], spec: CampaignSpec) -> list[str]:
+    """One line per person who left an attribute the target groups need blank: they count as neither in- nor
+    out-group for those groups. Named, because a blank may be an oversight (``prefer not to say`` is the
+    explicit answer and is not named)."""
+    needed = group_attributes(spec)
+    found = []
+    for person in people:
+        blank = [attr for attr in needed if not person.demographics.get(attr)]
+        if blank:
+            who = f"{path}:{person.line}: {person.external_id} ({person.name})"
+            found.append(
+                f"{who} declares no {' or '.join(repr(a) for a in blank)}, so counts as neither in-group nor "
+                f"out-group for the target groups by {' or '.join(blank)}; fill it in, or write "
+                f"{PREFER_NOT_TO_SAY!r} if that is their answer"
+            )
+    return found
+
+
+def pool_of(session: Session, campaign: StarCampaign) -> list[Person]:
+    """The campaign's pool as stored, in the order people were added."""
+    rows = session.scalars(
+        select(StarParticipant).where(StarParticipant.campaign_id == campaign.id).order_by(StarParticipant.id)
+    )
+    return [
+        Person(
+            external_id=row.external_id,
+            name=row.name,
+            roles=list(row.roles or []),
+            expertise=list(row.expertise or []),
+            demographics={k: list(v) for k, v in (row.demographics or {}).items()},
+            daily_cap=row.daily_cap,
+            opted_out=row.opted_out,
+        )
+        for row in rows
+    ]
 
 
 def import_pool(session: Session, campaign: StarCampaign, path: str | Path) -> ImportSummary:
@@ -113,19 +198,23 @@ def import_pool(session: Session, campaign: StarCampaign, path: str | Path) -> I
             updated += 1
         _copy(row, person)
     session.flush()
-    return ImportSummary(added=added, updated=updated)
+    return ImportSummary(added=added, updated=updated, warnings=blank_attributes(path, people, spec))
 
 
 Row = tuple[int, dict[str, Any], dict[str, int]]  # line of the row, the row, line of each field (YAML)
 
 
-def _csv_rows(path: Path, text: str) -> Iterator[Row]:
-    """CSV rows with the file line each starts on; the header is line 1."""
+def _csv_rows(path: Path, text: str) -> tuple[list[str], Iterator[Row]]:
+    """The header's columns, and the CSV rows with the file line each starts on (the header is line 1)."""
     reader = csv.DictReader(text.splitlines(keepends=True))
     if reader.fieldnames is None:
         raise UserError(
             f"{path}: the participant pool is empty (it needs a header row: id, name, roles, ...)"
         )
+    return [name.strip() for name in reader.fieldnames], _csv_body(path, reader)
+
+
+def _csv_body(path: Path, reader: csv.DictReader) -> Iterator[Row]:
     line = reader.line_num + 1
     for row in reader:
         if None in row:
@@ -134,7 +223,13 @@ def _csv_rows(path: Path, text: str) -> Iterator[Row]:
         line = reader.line_num + 1
 
 
-def _yaml_rows(path: Path, text: str) -> Iterator[Row]:
+def _yaml_rows(path: Path, text: str) -> tuple[list[str], Iterator[Row]]:
+    """Every key any entry has, and the entries (read up front: the file is parsed whole anyway)."""
+    entries = list(_yaml_entries(path, text))
+    return list(dict.fromkeys(key for _, item, _ in entries for key in item)), iter(entries)
+
+
+def _yaml_entries(path: Path, text: str) -> Iterator[Row]:
     """YAML list items with the line each mapping (and each of its keys) starts on."""
     try:
         node = yaml.compose(text)
@@ -181,6 +276,7 @@ def _person(path: Path, line: int, row: dict[str, Any], lines: dict[str, int], s
         },
         daily_cap=_cap(path, where("daily_cap"), row.get("daily_cap")),
         opted_out=_flag(path, where("opted_out"), "opted_out", row.get("opted_out")),
+        line=line,
     )
 
 

@@ -8,11 +8,13 @@ column is a coder. Values must be numbers (Likert points, 0/1 labels, scores). B
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
 import numpy as np
 
+from assay import textfile
 from assay.errors import UserError, input_error
 
 UNIT_HEADERS = ("unit", "id", "item", "unit_id", "dialogue_id")
@@ -21,11 +23,8 @@ UNIT_HEADERS = ("unit", "id", "item", "unit_id", "dialogue_id")
 def read_rating_table(path: str | Path) -> tuple[list[str], list[str], np.ndarray]:
     """Unit names, coder names, and the reliability data as coders x units (NaN for missing)."""
     path = Path(path)
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            rows = [row for row in csv.reader(handle) if any(cell.strip() for cell in row)]
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = textfile.read(path, "rating table")
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if any(cell.strip() for cell in row)]
     if len(rows) < 2:
         raise UserError(f"{path}: needs a header row and at least one unit")
     header = [h.strip() for h in rows[0]]

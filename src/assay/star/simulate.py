@@ -14,10 +14,20 @@ names another of the campaign's rules in a seeded ``other_rules_rate`` of dialog
 the report's "any rule" measure differs from "targeted" in a rehearsal as it does with people; and
 ``groups_mentioned`` is a keyword match. The summary counts the dialogues of each annotation arm, the
 pre-annotation answers, and the expert-rule annotations and who gave them.
+
+A rehearsal can be stopped and run again. It holds its campaign's rehearsal lock while it runs
+(``rehearsal.hold``: a second run of the same campaign is refused, and the sweep releases the claims of a
+run that was killed). Run again with the same settings, it resumes: what the dead run held is released and
+claimed anew, and what was done stays done, so every planned dialogue is held exactly once, however often
+it was stopped. A campaign that ``simulate`` did not make, or made with other settings, is refused in one
+line naming the setting (the spec, ``--seed``, ``--count``, ``--expert-share``, ``--turns``, ``--target``:
+what the campaign records); the annotator and red-teamer models, ``--ratings``, ``--seed-topics`` and
+``--other-rules-rate`` leave no trace to compare, so the run that resumes uses its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 from collections import Counter
@@ -25,16 +35,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.errors import UserError
 from assay.models.base import ChatModel, GenerationParams
 from assay.models.choice import choose
-from assay.star import agents
+from assay.names import check_name
+from assay.star import agents, rehearsal
 from assay.star.assign import (
     add_instructions,
     arbitration_view,
+    campaign_spec,
     claim_next,
     create_campaign,
     dialogue_arms,
@@ -42,13 +54,19 @@ from assay.star.assign import (
     submit_annotation,
     submit_dialogue,
 )
-from assay.star.design import draw_design
+from assay.star.design import Instruction, draw_design
+from assay.star.rehearsal import PERSONA_PREFIX
 from assay.star.spec import CampaignSpec
 from assay.store.enums import STAR_ROLES, TaskKind, TaskStatus
 from assay.store.models import utcnow
-from assay.store.star_models import StarCampaign, StarDialogue, StarParticipant, StarTask
-
-PERSONA_PREFIX = "llm-persona-"
+from assay.store.star_models import (
+    StarCampaign,
+    StarDialogue,
+    StarInstruction,
+    StarParticipant,
+    StarTask,
+    StarTurn,
+)
 
 
 @dataclass
@@ -68,6 +86,8 @@ class SimulationSummary:
     pre_annotations: dict[str, int] = field(
         default_factory=dict
     )  # assigned rule broken / not / unsure, other
+    resumed: bool = False  # the campaign existed: this run finished what an earlier one left
+    done_before: int = 0  # dialogues the earlier runs had finished (the counts above are this run's)
 
 
 @dataclass(frozen=True)
@@ -106,6 +126,14 @@ def add_personas(
     Each combination gets ``annotators_per_dialogue + 2`` personas: an in-group dialogue needs its red teamer,
     its annotators and an arbitrator from the same group, all different people.
     """
+    people = _personas(campaign.id, spec, expert_share, seed)
+    session.add_all(people)
+    session.flush()
+    return [p.id for p in people]
+
+
+def _personas(campaign_id: int, spec: CampaignSpec, expert_share: float, seed: int) -> list[StarParticipant]:
+    """The personas ``add_personas`` adds, not yet stored (a resumed run compares them with the stored)."""
     attributes = sorted(spec.demographics.attributes)
     tags = sorted({tag for rule in spec.rules for tag in rule.expertise})
     combos = itertools.product(*(spec.demographics.attributes[a] for a in attributes)) if attributes else [()]
@@ -121,7 +149,7 @@ def add_personas(
         label = ", ".join(values) or "no demographics"
         people.append(
             StarParticipant(
-                campaign_id=campaign.id,
+                campaign_id=campaign_id,
                 external_id=f"{PERSONA_PREFIX}{number + 1:04d}",
                 name=f"LLM persona ({label})",
                 demographics=demographics,
@@ -130,9 +158,7 @@ def add_personas(
                 daily_cap=1_000_000,
             )
         )
-    session.add_all(people)
-    session.flush()
-    return [p.id for p in people]
+    return people
 
 
 def claim_all(
@@ -294,16 +320,31 @@ def simulate(
     pool: PoolOptions | None = None,
 ) -> SimulationSummary:
     """Design ``count`` instructions, then red team, annotate and arbitrate them with the agents, with a
-    built-in pool drawn by ``pool`` (mixed expertise, planted other-rules answers)."""
+    built-in pool drawn by ``pool`` (mixed expertise, planted other-rules answers). A campaign an earlier
+    run with the same settings left is resumed (see the module docstring); one that differs is refused."""
     pool = pool or PoolOptions()
-    name = campaign_name or f"{spec.name}-simulated"
-    with sessions.begin() as session:
-        campaign = create_campaign(session, spec.model_copy(update={"name": name}), seed=seed)
-        add_instructions(session, campaign, draw_design(spec, count, seed))
-        people = add_personas(session, campaign, spec, pool.expert_share, seed)
-        campaign_id = campaign.id
+    name = check_name("--campaign", campaign_name) if campaign_name else f"{spec.name}-simulated"
+    with rehearsal.hold(sessions, name):
+        return _simulate(sessions, spec, models, count, seed, turns, seed_source, name, on_phase, pool)
+
+
+def _simulate(
+    sessions: sessionmaker[Session],
+    spec: CampaignSpec,
+    models: Agents,
+    count: int,
+    seed: int,
+    turns: int,
+    seed_source: str | None,
+    name: str,
+    on_phase: Callable[[str, int], None] | None,
+    pool: PoolOptions,
+) -> SimulationSummary:
+    """The rehearsal itself, holding the campaign's lock; claims are handed back if it stops early."""
     seeds = agents.seed_topics(seed_source) if seed_source else []
-    summary = SimulationSummary(campaign=name)
+    setup = _Setup(spec.model_copy(update={"name": name}), draw_design(spec, count, seed), seed, pool, turns)
+    campaign_id, people, done_before = _start_or_resume(sessions, setup, models.target.model_id)
+    summary = SimulationSummary(campaign=name, resumed=done_before is not None, done_before=done_before or 0)
     draw = random.Random(f"{seed}:other-rules")
     run = _Rehearsal(sessions, spec, models, summary, draw, pool.other_rules_rate)
     phases: list[tuple[str, Callable[[list[int]], None]]] = [
@@ -311,11 +352,17 @@ def simulate(
         (TaskKind.ANNOTATE, lambda ts: _annotate(run, ts)),
         (TaskKind.ARBITRATE, lambda ts: _arbitrate(run, ts)),
     ]
-    for kind, phase in phases:
-        while tasks := claim_all(sessions, people, kind):
-            if on_phase is not None:
-                on_phase(kind, len(tasks))
-            phase(tasks)
+    try:
+        for kind, phase in phases:
+            while tasks := claim_all(sessions, people, kind):
+                if on_phase is not None:
+                    on_phase(kind, len(tasks))
+                phase(tasks)
+    except BaseException:  # Ctrl-C or a failing model: nothing stays claimed by a run that has stopped
+        # Best effort: where the database itself failed, the sweep releases them once the lock is let go.
+        with contextlib.suppress(Exception), sessions.begin() as session:
+            rehearsal.release_persona_claims(session, campaign_id)
+        raise
     with sessions.begin() as session:
         campaign = session.get_one(StarCampaign, campaign_id)
         missing = shortfalls(session, campaign)
@@ -325,6 +372,95 @@ def simulate(
         f"{m.kind} {m.group_label or '(no group)'} {m.requirement}: {m.tasks}" for m in missing
     ]
     return summary
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a rehearsal's campaign is made from, and what a resumed run must match."""
+
+    spec: CampaignSpec  # under the campaign's name
+    design: list[Instruction]
+    seed: int
+    pool: PoolOptions
+    turns: int
+
+
+def _start_or_resume(
+    sessions: sessionmaker[Session], setup: _Setup, target: str
+) -> tuple[int, list[int], int | None]:
+    """Make the campaign, its design and its personas in one transaction; or, when it exists, check it is
+    this rehearsal's and hand back what a dead run held. The campaign id, the personas' ids, and None for a
+    new campaign or the dialogues already done."""
+    with sessions.begin() as session:
+        found = session.scalar(select(StarCampaign).where(StarCampaign.name == setup.spec.name))
+        if found is None:
+            campaign = create_campaign(session, setup.spec, seed=setup.seed)
+            add_instructions(session, campaign, setup.design)
+            people = add_personas(session, campaign, setup.spec, setup.pool.expert_share, setup.seed)
+            return campaign.id, people, None
+        _check_resumable(session, found, setup, target)
+        rehearsal.release_persona_claims(session, found.id)  # we hold the lock: their holder is gone
+        people = session.scalars(
+            select(StarParticipant.id)
+            .where(StarParticipant.campaign_id == found.id)
+            .order_by(StarParticipant.id)
+        ).all()
+        done = session.scalar(
+            select(func.count()).select_from(StarDialogue).where(StarDialogue.campaign_id == found.id)
+        )
+        return found.id, list(people), int(done or 0)
+
+
+def _check_resumable(session: Session, campaign: StarCampaign, setup: _Setup, target: str) -> None:
+    """Refuse, in one line naming the setting, a campaign this rehearsal did not make."""
+    name = campaign.name
+    again = "to resume it, or choose another --campaign"
+
+    def refuse(problem: str) -> UserError:
+        return UserError(f"campaign {name!r} {problem}")
+
+    people = session.scalars(
+        select(StarParticipant).where(StarParticipant.campaign_id == campaign.id).order_by(StarParticipant.id)
+    ).all()
+    if not people or any(not p.external_id.startswith(PERSONA_PREFIX) for p in people):
+        raise refuse(
+            "exists and was not made by `assay star simulate` (it has a pool of people, or none); "
+            "choose another --campaign"
+        )
+    if campaign_spec(campaign) != setup.spec:
+        raise refuse(f"was rehearsed from another spec: rerun with that spec {again}")
+    if campaign.seed != setup.seed:
+        raise refuse(f"was rehearsed with --seed {campaign.seed}: rerun with it {again}")
+    stored = session.scalars(
+        select(StarInstruction).where(StarInstruction.campaign_id == campaign.id).order_by(StarInstruction.id)
+    ).all()
+    if len(stored) != len(setup.design):
+        raise refuse(f"was rehearsed with --count {len(stored)}: rerun with it {again}")
+    if [(i.instruction_id, i.text) for i in stored] != [(i.id, i.text) for i in setup.design]:
+        raise refuse("holds other instructions than this version's design draws: choose another --campaign")
+    planned = _personas(campaign.id, setup.spec, setup.pool.expert_share, setup.seed)
+    if [_persona_key(p) for p in people] != [_persona_key(p) for p in planned]:
+        raise refuse(f"was rehearsed with another --expert-share: rerun with it {again}")
+    dialogue = session.scalar(
+        select(StarDialogue).where(StarDialogue.campaign_id == campaign.id).order_by(StarDialogue.id).limit(1)
+    )
+    if dialogue is not None:
+        asked = session.scalar(
+            select(func.count())
+            .select_from(StarTurn)
+            .where(StarTurn.dialogue_id == dialogue.id, StarTurn.role == "user")
+        )
+        if asked != setup.turns:
+            raise refuse(f"was rehearsed with --turns {asked}: rerun with it {again}")
+        if dialogue.target_model != target:
+            raise refuse(
+                f"was rehearsed with the target model {dialogue.target_model!r}, not {target!r}: rerun with "
+                f"that --target {again}"
+            )
+
+
+def _persona_key(person: StarParticipant) -> tuple:
+    return (person.external_id, person.name, sorted(person.expertise or []), person.demographics)
 
 
 def _count_experts(

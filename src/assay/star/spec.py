@@ -20,7 +20,8 @@ from typing import Annotated, Any
 
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta
 from jinja2.sandbox import SandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from assay.errors import UserError
 from assay.names import PATTERN as NAME_PATTERN
@@ -297,9 +298,12 @@ class CampaignSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignSpec:
-        ids = [r.id for r in self.rules]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"rule id {next(i for i in ids if ids.count(i) > 1)!r} is used twice")
+        first: dict[str, int] = {}
+        for index, rule in enumerate(self.rules):
+            if rule.id in first:  # named by its own field, so the lead finds the second one in the file
+                problem = f"repeats the id of rules.{first[rule.id]}: rule ids must be unique"
+                raise _field_problem(("rules", index, "id"), rule.id, problem)
+            first[rule.id] = index
         for name, values in self.parameters.items():
             if not values or len(set(values)) != len(values):
                 raise ValueError(f"parameter {name!r} must list distinct values")
@@ -329,6 +333,15 @@ class CampaignSpec(BaseModel):
     def is_broken(self, rating: int) -> bool:
         """Whether a 0-based Likert rating counts as 'rule broken' (the binarised label)."""
         return rating < self.broken_levels
+
+
+def _field_problem(loc: tuple[str | int, ...], value: Any, problem: str) -> ValidationError:
+    """A validation error at a field inside the spec (``rules.2.id``), not at its top level: a model
+    validator's own ``ValueError`` would name the whole spec as the field and quote it as the value."""
+    error = PydanticCustomError("spec_field", "{problem}", {"problem": problem})
+    return ValidationError.from_exception_data(
+        "CampaignSpec", [InitErrorDetails(type=error, loc=loc, input=value)]
+    )
 
 
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)

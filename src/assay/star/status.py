@@ -9,7 +9,8 @@ It only reads. Shortfalls are the tasks marked ``waiting`` by the last shortfall
 run by ``assay star assign`` and by every ``workflow.sweep``), grouped as that check groups them. Agreement
 is Krippendorff's alpha over completed first rounds only (dialogues with all their primary human ratings
 in), computed by the same analysis code as the final report, so the dashboard never shows a figure the
-report would contradict.
+report would contradict; below ``reliability.MIN_ALPHA_DIALOGUES`` such dialogues both say "too few
+dialogues (n = 2, needs >= 10)" instead of a number.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class CampaignSummary(BaseModel):
     shortfall_tasks: int
     alpha: float | None
     alpha_units: int
+    alpha_reason: str = ""  # why alpha is missing (too few dialogues, no variation); "" when there is one
     arbitration_rate: float | None
     report_at: datetime | None
 
@@ -236,6 +238,7 @@ def campaign_summary(session: Session, campaign: StarCampaign) -> CampaignSummar
         shortfall_tasks=sum(s.tasks for s in status.shortfalls),
         alpha=status.agreement.alpha,
         alpha_units=status.agreement.n_units,
+        alpha_reason="" if status.agreement.alpha is not None else status.agreement.reason,
         arbitration_rate=status.arbitration.rate,
         report_at=report.created_at if report else None,
     )

@@ -1,16 +1,20 @@
 """STAR's live workflow: people claiming tasks, chatting, rating and handing work back, through any face.
 
 Every state change is one function here, and each decides in full whether it is allowed: ``claim``,
-``commit_topic``, ``add_message`` and ``save_reply`` (the red-team chat, stored turn by turn the moment each
-turn exists), ``finish`` (the dialogue with its pre-annotation goes to the engine, which opens the
-annotation tasks), ``submit_rating`` (annotation or arbitration; the engine opens the one arbitration task
-when two primary ratings differ by the campaign's gap), ``expire`` (claims past the campaign's timeout go
-back to the queue) and ``sweep`` (expiry and shortfall re-checks for every campaign: what a server runs
-periodically and ``assay star sweep`` runs once).
+``give_back`` (the holder hands a task back: open for anyone at once, no trace on the holder's day or done
+count, one event in the audit trail) and ``skip`` (give back, then claim another task of the kind on
+another dialogue), ``commit_topic``, ``add_message`` and ``save_reply`` (the red-team chat, stored turn by
+turn the moment each turn exists), ``finish`` (the dialogue with its pre-annotation goes to the engine,
+which opens the annotation tasks), ``submit_rating`` (annotation or arbitration; the engine opens the one
+arbitration task when two primary ratings differ by the campaign's gap), ``expire`` (claims past the
+campaign's timeout go back to the queue) and ``sweep`` (expiry, the claims of a stopped ``assay star
+simulate``, and shortfall re-checks for every campaign: what a server runs periodically and ``assay star
+sweep`` runs once).
 
 Who sees what is decided here too, by reads that never write (a page view takes no write lock):
-``open_task``, ``queue``, ``my_tasks``, ``claimable`` and ``task_view``. A claim past its time is hidden
-from its holder at once, before any sweep has released it, so the rule does not depend on when the
+``open_task``, ``queue``, ``my_tasks``, ``claimable``, ``task_view`` and ``progress`` (the line every task
+page and the queue show: done today, the daily cap, what is left in the campaign). A claim past its time is
+hidden from its holder at once, before any sweep has released it, so the rule does not depend on when the
 sweeper last ran. A red-team chat with a turn inside the timeout keeps its claim (someone is typing).
 
 Who asks is a ``Worker``: the pool entries an account acts as and the STAR roles it holds; the face builds
@@ -19,8 +23,8 @@ ids reveal nothing) and ``NotAllowed`` (the roles do not allow it: 403) are the 
 ``UserError``.
 
 Functions take a ``Session`` and flush, never commit (the caller owns the transaction), except those that
-must not hold the caller's transaction open: ``claim`` (the engine's atomic claim runs in its own),
-``save_reply`` and ``generate_reply`` (a model thread, after the request), and ``sweep``.
+must not hold the caller's transaction open: ``claim`` and ``skip`` (the engine's atomic claim runs in its
+own), ``save_reply`` and ``generate_reply`` (a model thread, after the request), and ``sweep``.
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.errors import UserError
 from assay.models import Conversation, stream_chat
-from assay.star import live
+from assay.star import live, rehearsal
 from assay.star.access import NotAllowed, NotYours  # re-exported: the faces catch them from here
 from assay.star.agents import target_prompt
 from assay.star.assign import (
@@ -45,10 +49,12 @@ from assay.star.assign import (
     campaign_spec,
     claim_as,
     claimant,
+    release_claim,
     release_expired_claims,
     shortfalls,
     submit_annotation,
     submit_dialogue,
+    utc_day,
 )
 from assay.star.dialogue import check_pre_annotation, mention_labels
 from assay.star.spec import PolicyRule
@@ -56,6 +62,7 @@ from assay.store.enums import TASK_ROLE, TaskKind, TaskStatus
 from assay.store.models import as_utc, utcnow
 from assay.store.star_models import StarAnnotation, StarCampaign, StarDialogue, StarParticipant, StarTask
 from assay.store.star_web_models import StarDraft, StarDraftTurn
+from assay.store.web_models import WebAuditEvent
 
 KIND_LABEL = {
     TaskKind.RED_TEAM: "red-team",
@@ -64,14 +71,17 @@ KIND_LABEL = {
 }
 IDLE_RESET = timedelta(minutes=10)  # a pause this long counts as a break for the reminder
 RECENT_DONE = 10  # finished tasks a queue shows per campaign
+GIVE_BACK = "star.give_back"  # the audit trail's action for a task given back (assay.web.audit.ACTIONS)
 
 
 @dataclass(frozen=True)
 class Worker:
-    """Who asks: the pool entries (participant ids) an account acts as, and the STAR roles it holds."""
+    """Who asks: the pool entries (participant ids) an account acts as, the STAR roles it holds, and the
+    account (``user_id``, for the audit trail; None from the shell)."""
 
     participant_ids: frozenset[int]
     roles: frozenset[str]
+    user_id: int | None = None
 
     def may(self, kind: str) -> bool:
         """Whether the account's roles allow tasks of this kind."""
@@ -87,6 +97,28 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class GivenBack:
+    """A task its holder gave back (open for anyone again) and, after a skip, the task claimed instead
+    (None: no other task of the kind is open for them)."""
+
+    task_id: int
+    kind: str
+    next_task_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The progress line of one pool entry: tasks finished today and claimed today (the UTC day of the daily
+    cap, which counts claims: a task given back or expired is in neither), the cap, and per kind the entry
+    may take the campaign's tasks not yet done (open, waiting for someone eligible, or claimed)."""
+
+    done_today: int
+    claimed_today: int
+    daily_cap: int
+    left: dict[str, int]
+
+
+@dataclass(frozen=True)
 class QueueSection:
     """One campaign the worker acts in: what they hold, what they may claim, what they finished lately."""
 
@@ -97,6 +129,11 @@ class QueueSection:
     done: list[StarTask]
     timeout: int
     break_minutes: int
+    progress: Progress
+
+    def held(self, kind: str) -> StarTask | None:
+        """The task of ``kind`` the person holds (at most one per kind), or None."""
+        return next((task for task, _ in self.tasks if task.kind == kind), None)
 
 
 @dataclass(frozen=True)
@@ -253,8 +290,43 @@ def _finished(session: Session, participant_ids: Collection[int], limit: int) ->
     return list(session.scalars(query.order_by(StarTask.done_at.desc()).limit(limit)))
 
 
+def progress(
+    session: Session, worker: Worker, person: StarParticipant, now: datetime | None = None
+) -> Progress:
+    """The pool entry's progress line (``Progress``); what is left counts the kinds the worker may claim."""
+    day_start, day_end = utc_day(now or utcnow())
+    mine = select(func.count(StarTask.id)).where(StarTask.participant_id == person.id)
+    done = mine.where(
+        StarTask.status == TaskStatus.DONE, StarTask.done_at >= day_start, StarTask.done_at < day_end
+    )
+    claimed = mine.where(StarTask.claimed_at >= day_start, StarTask.claimed_at < day_end)
+    kinds = claimable_kinds(worker, person)
+    rows = session.execute(
+        select(StarTask.kind, func.count(StarTask.id))
+        .where(
+            StarTask.campaign_id == person.campaign_id,
+            StarTask.kind.in_(kinds),
+            StarTask.status != TaskStatus.DONE,
+        )
+        .group_by(StarTask.kind)
+    )
+    left = dict.fromkeys(kinds, 0) | {kind: int(n) for kind, n in rows}
+    return Progress(
+        done_today=int(session.scalar(done) or 0),
+        claimed_today=int(session.scalar(claimed) or 0),
+        daily_cap=person.daily_cap,
+        left=left,
+    )
+
+
+def task_progress(session: Session, worker: Worker, task: StarTask, now: datetime | None = None) -> Progress:
+    """The progress line on a task's page: that of the pool entry holding it (call ``open_task`` first)."""
+    return progress(session, worker, person_of(session, worker, task.participant_id), now)
+
+
 def queue(session: Session, worker: Worker, now: datetime | None = None) -> list[QueueSection]:
-    """Each campaign the worker acts in: held tasks with their deadlines, claimable kinds, recent work."""
+    """Each campaign the worker acts in: held tasks with their deadlines, claimable kinds, recent work and
+    the progress line."""
     now = now or utcnow()
     sections = []
     for person in _people(session, worker):
@@ -269,6 +341,7 @@ def queue(session: Session, worker: Worker, now: datetime | None = None) -> list
                 done=_finished(session, [person.id], RECENT_DONE),
                 timeout=settings.claim_timeout_minutes,
                 break_minutes=settings.break_minutes,
+                progress=progress(session, worker, person, now),
             )
         )
     return sections
@@ -392,10 +465,12 @@ def claim(
     participant_id: int | None,
     kind: str,
     now: datetime | None = None,
+    avoid: Collection[int] = (),
 ) -> Claim:
     """The next task of ``kind`` for the pool entry, or the one of that kind it already holds (nobody hoards
     tasks others could do). The campaign's expired claims are released first, so what is free now is
-    offered now; the engine's ``claim_next`` then enforces every matching rule atomically."""
+    offered now; the engine's ``claim_next`` then enforces every matching rule atomically. Tasks in
+    ``avoid`` are passed over (a skip's)."""
     now = now or utcnow()
     with sessions.begin() as session:
         person = person_of(session, worker, participant_id)
@@ -406,7 +481,52 @@ def claim(
         who = None if held else claimant(session, person.id, kind)
     if held:
         return Claim(held[0], False)
-    return Claim(claim_as(sessions, who, now), True)
+    return Claim(claim_as(sessions, who, now, avoid), True)
+
+
+def give_back(session: Session, worker: Worker, task_id: int, now: datetime | None = None) -> GivenBack:
+    """The holder hands a task back before finishing it: it is open for anyone at once (no sweep needed),
+    counts neither against the holder's daily cap nor in their finished work, and its red-team draft goes.
+    Only the holder of a claim still in time may (``NotYours`` otherwise, as for opening it); a finished
+    task stays finished. One event in the audit trail (``GIVE_BACK``), in the same transaction."""
+    now = now or utcnow()
+    task = open_task(session, worker, task_id, now)
+    if task.status != TaskStatus.CLAIMED:
+        raise UserError(f"task {task_id} is finished; only a task you are working on can be given back")
+    person = session.get_one(StarParticipant, task.participant_id)
+    campaign = campaign_of(session, task)
+    if not release_claim(session, task.id, person.id):
+        raise UserError(f"task {task_id} was submitted or released meanwhile")
+    session.execute(delete(StarDraft).where(StarDraft.task_id == task.id))  # turns: ON DELETE CASCADE
+    session.add(
+        WebAuditEvent(
+            actor_id=worker.user_id,
+            action=GIVE_BACK,
+            target=f"star task {task.id}",
+            detail=f"{KIND_LABEL[task.kind]} task of campaign {campaign.name} given back by pool member "
+            f"{person.external_id}; open for anyone again",
+        )
+    )
+    session.flush()
+    return GivenBack(task.id, task.kind)
+
+
+def skip(
+    sessions: sessionmaker[Session], worker: Worker, task_id: int, now: datetime | None = None
+) -> GivenBack:
+    """``give_back``, then claim the next task of the same kind, passing over the skipped dialogue (an
+    annotator who skips one rating of a dialogue is not handed its other one). The skipped task stays in the
+    person's queue for later: a plain claim may offer it again once it is the oldest they may take."""
+    now = now or utcnow()
+    with sessions.begin() as session:
+        task = open_task(session, worker, task_id, now)
+        person_id, dialogue_id = task.participant_id, task.dialogue_id
+        given = give_back(session, worker, task_id, now)
+        avoid = {task_id}
+        if dialogue_id is not None:
+            avoid |= set(session.scalars(select(StarTask.id).where(StarTask.dialogue_id == dialogue_id)))
+    claimed = claim(sessions, worker, person_id, given.kind, now, avoid)
+    return GivenBack(given.task_id, given.kind, claimed.task_id)
 
 
 def expire(session: Session, campaign: StarCampaign, now: datetime) -> list[int]:
@@ -431,12 +551,15 @@ class SweepResult:
 
 
 def sweep(sessions: sessionmaker[Session], now: datetime) -> SweepResult:
-    """The periodic work of every campaign, one short transaction each: release expired claims, and
-    re-check shortfalls (tasks nobody may take are marked waiting, and back to open once someone may)."""
+    """The periodic work of every campaign, one short transaction each: release expired claims and those
+    a stopped ``assay star simulate`` held (``rehearsal.release_orphaned``: at once, not after the
+    timeout), and re-check shortfalls (tasks nobody may take are marked waiting, and back to open once
+    someone may)."""
     with sessions() as session:
         campaign_ids = list(session.scalars(select(StarCampaign.id).order_by(StarCampaign.id)))
     released = waiting = 0
     for campaign_id in campaign_ids:
+        released += rehearsal.release_orphaned(sessions, campaign_id)
         with sessions.begin() as session:
             campaign = session.get_one(StarCampaign, campaign_id)
             released += len(expire(session, campaign, now))

@@ -1,7 +1,9 @@
 """The audit trail of accounts and access: every change an organiser (or the shell) makes to an account,
 every invitation and reset link issued and used, kept in ``web_audit_events`` and shown on
 ``/admin/audit``. The account functions in ``accounts`` record their own events, so the pages, the API and
-``assay user`` all leave the same trail.
+``assay user`` all leave the same trail; the pillars write theirs where the change is made (a leaderboard
+round's settings in ``leaderboard.rounds``, a STAR task given back in ``star.workflow.give_back``), with
+their action named here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ ACTIONS = {
     "invitation.accept": "invitation accepted",
     "round.settings": "leaderboard round settings changed (the plateau rule)",
     "round.create": "leaderboard round created (its disclosure of test scores, budget and metric)",
+    "star.give_back": "STAR task given back by its holder (open for anyone again, not counted against them)",
 }
 SHELL = "shell"  # how an event without a web user (``assay user``) is shown
 

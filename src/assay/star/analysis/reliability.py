@@ -4,6 +4,19 @@ Krippendorff's alpha wants a coders x units table. STAR annotators are drawn per
 is the annotation's *position* within its dialogue (first, second, ...), not the person: alpha only needs to
 know which values were paired within a unit, and position-coding keeps the table dense (2 rows for the usual 2
 annotators per dialogue) instead of one mostly-empty row per annotator in the pool.
+
+Below ``MIN_ALPHA_DIALOGUES`` pairable dialogues alpha is not estimated at all: the estimate says "too few
+dialogues (n = 2, needs >= 10)" instead of a number. The campaign's read model (``assay.star.status``: the
+dashboard, its API, ``assay star status --json``) and the report both take alpha from here, so neither
+shows a number below the minimum, and the pages show the line instead.
+Why 10: it is where the 95% percentile bootstrap interval stops being plainly broken. With two ratings per
+dialogue and a true alpha of .36 to .51 (STAR's paper reports about .5), it covers the true alpha in at
+most 20% of samples at 2 dialogues, at most 57% at 3, 61-86% at 5, and 90-92% at 10 (92-94% at 20);
+intervals of no width (one resampled value, "-0.500 to -0.500") fall from a third of samples at 2
+dialogues to 0.5-6.5% at 10. It is a floor, not a promise: near the top of the scale (alpha .72) the
+percentile interval covers only 78-81% at 10 dialogues and 92-93% at 40.
+``benchmarks/bench_star_alpha_min_n.py`` prints the tables (docs/star-analysis.md). Krippendorff's (2011)
+binary worked example, 10 units, still computes here.
 """
 
 from __future__ import annotations
@@ -20,6 +33,12 @@ from assay.store.enums import TaskKind
 
 ALPHA_TEST = "Krippendorff's alpha, percentile bootstrap over dialogues"
 NO_INTERVAL = "no interval: bootstrap replicates set to 0"
+MIN_ALPHA_DIALOGUES = 10  # fewest pairable dialogues alpha is estimated from (see the module docstring)
+
+
+def too_few(n_units: int, needs: int = MIN_ALPHA_DIALOGUES) -> str:
+    """What every face says instead of alpha below its minimum."""
+    return f"too few dialogues (n = {n_units}, needs >= {needs})"
 
 
 class AlphaEstimate(BaseModel):
@@ -112,11 +131,14 @@ def _binary(annotations: pd.DataFrame, spec: CampaignSpec) -> pd.DataFrame:
 def alpha_estimate(
     data: np.ndarray, level: Level, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> AlphaEstimate:
-    """Alpha and its bootstrap interval; undefined cases (1 coder, one value) become a reason, not an error,
-    because a per-area breakdown routinely has areas too small or too unanimous for alpha."""
+    """Alpha and its bootstrap interval; undefined cases (1 coder, one value) and samples under
+    ``MIN_ALPHA_DIALOGUES`` pairable dialogues become a reason, not an error or a number, because a per-area
+    breakdown routinely has areas too small or too unanimous for alpha."""
     n_units = int((np.sum(~np.isnan(data), axis=0) >= 2).sum()) if data.size else 0
     n_ratings = int(np.sum(~np.isnan(data))) if data.size else 0
     base = dict(level=level, n_units=n_units, n_ratings=n_ratings, confidence=confidence)
+    if n_units < MIN_ALPHA_DIALOGUES:
+        return AlphaEstimate(alpha=None, low=None, high=None, n_boot=0, reason=too_few(n_units), **base)
     try:
         if n_boot == 0:  # asked for no interval: the point estimate still stands on its own
             alpha = krippendorff_alpha(data, level)

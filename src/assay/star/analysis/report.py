@@ -27,7 +27,7 @@ from assay.star.analysis.contract import SCHEMA_VERSION, conform
 from assay.star.analysis.coverage import coverage
 from assay.star.analysis.inference import DEFAULT_MIN_N
 from assay.star.analysis.participants_summary import participants_summary, participants_table
-from assay.star.analysis.reliability import reliability
+from assay.star.analysis.reliability import MIN_ALPHA_DIALOGUES, reliability
 from assay.star.spec import CampaignSpec
 from assay.store.enums import TaskKind
 
@@ -296,7 +296,11 @@ def render_html(report: Report, spec: CampaignSpec) -> str:
     env.filters["num"] = _num
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
     return env.get_template(TEMPLATE.name).render(
-        s=report.summary, figures=report.figures, spec=spec, tables=sorted(report.tables)
+        s=report.summary,
+        figures=report.figures,
+        spec=spec,
+        tables=sorted(report.tables),
+        min_alpha_dialogues=MIN_ALPHA_DIALOGUES,
     )
 
 

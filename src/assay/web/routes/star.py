@@ -55,7 +55,10 @@ NOTICES = {
     "none": "No {kind} task is open for you right now. Try again later.",
     "submitted": "Dialogue submitted, thank you. It now goes to the annotators.",
     "rated": "Rating saved, thank you.",
+    "given_back": "You gave the {kind} task back: open for others again, and it does not count against you.",
+    "skipped_none": "You gave the {kind} task back. No other {kind} task is open for you right now.",
 }
+GIVEN_BACK = "given back: open for anyone again, and not counted against you"
 MAX_TEXT = 20_000
 REPORT_CSP = (  # the report is self-contained: inline styles, figures as data URIs, no script at all
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; "
@@ -97,7 +100,7 @@ def _answer(session: Session, answer: AnswerT) -> AnswerT:
 def _worker(session: Session, user: WebUser) -> workflow.Worker:
     """The account as the workflow sees it: the pool entries it acts as, the STAR roles it holds."""
     people = frozenset(p.id for p in participants_of(session, user))
-    return workflow.Worker(people, frozenset(r for r in WORKER_ROLES if has_role(user, r)))
+    return workflow.Worker(people, frozenset(r for r in WORKER_ROLES if has_role(user, r)), user.id)
 
 
 def _background(request: Request) -> BackgroundWork:
@@ -146,12 +149,19 @@ def claim(
 
 
 def _task_page(
-    request: Request, session: Session, task: StarTask, status_code: int = 200, **extra: Any
+    request: Request,
+    session: Session,
+    worker: workflow.Worker,
+    task: StarTask,
+    status_code: int = 200,
+    **extra: Any,
 ) -> Response:
-    """The page for the task's kind and state (working on it, or finished)."""
+    """The page for the task's kind and state (working on it, or finished), with the progress line."""
     view = workflow.task_view(session, task)
     context = {f.name: getattr(view, f.name) for f in fields(view)} | extra
     context["likert"] = list(enumerate(view.likert))
+    context["progress"] = workflow.task_progress(session, worker, task)
+    context["kind_label"] = KIND_LABEL
     people = [task.participant_id] if task.participant_id else []
     context["rest"] = workflow.break_status(session, people, view.break_minutes)
     if task.kind != TaskKind.RED_TEAM:
@@ -162,7 +172,8 @@ def _task_page(
 
 @pages.get("/tasks/{task_id}", response_class=HTMLResponse)
 def task_page(request: Request, session: DbSession, user: WorkerUser, task_id: TaskId) -> Response:
-    return _task_page(request, session, workflow.open_task(session, _worker(session, user), task_id))
+    worker = _worker(session, user)
+    return _task_page(request, session, worker, workflow.open_task(session, worker, task_id))
 
 
 def _failed(
@@ -170,8 +181,31 @@ def _failed(
 ) -> Response:
     """Undo the request's writes and show the task page again with the reason (the form keeps its place)."""
     session.rollback()
-    task = workflow.open_task(session, _worker(session, user), task_id)
-    return _task_page(request, session, task, status, error=str(error))
+    worker = _worker(session, user)
+    task = workflow.open_task(session, worker, task_id)
+    return _task_page(request, session, worker, task, status, error=str(error))
+
+
+@pages.post("/tasks/{task_id}/give-back")
+def give_back(
+    request: Request,
+    session: DbSession,
+    user: WorkerUser,
+    task_id: TaskId,
+    then: Annotated[Literal["next", "queue"], Form()] = "queue",
+) -> Response:
+    """Give the task back to the pool: then take the next one of its kind (skip), or go to the queue."""
+    try:
+        if then == "next":
+            given = workflow.skip(request.app.state.sessions, _released(session, user), task_id)
+        else:
+            given = workflow.give_back(session, _worker(session, user), task_id)
+    except UserError as err:
+        return _failed(request, session, user, task_id, err)
+    if given.next_task_id is not None:
+        return redirect(f"/star/tasks/{given.next_task_id}")
+    msg = "skipped_none" if then == "next" else "given_back"
+    return redirect(f"/star/queue?msg={msg}&kind={given.kind}")
 
 
 @pages.post("/tasks/{task_id}/topic")
@@ -294,8 +328,9 @@ def _reply(request: Request, session: Session, user: WebUser, ask: workflow.Repl
     try:
         _start_reply(request, ask).wait()
     except Exception as err:
-        task = workflow.open_task(session, _worker(session, user), ask.task_id)
-        return _task_page(request, session, task, 502, error=_model_failure(err))
+        worker = _worker(session, user)
+        task = workflow.open_task(session, worker, ask.task_id)
+        return _task_page(request, session, worker, task, 502, error=_model_failure(err))
     return redirect(f"/star/tasks/{ask.task_id}#turn-{ask.index}")
 
 
@@ -586,6 +621,12 @@ class AnnotationOut(BaseModel):
     task: TaskOut
 
 
+class GiveBackOut(BaseModel):
+    task_id: int
+    kind: TaskKind
+    message: str = Field(description="the task is open for anyone again; it does not count against you")
+
+
 NOT_YOURS = {404: {"description": "No such task of yours"}}
 FORBIDDEN = {403: {"description": "Your roles do not allow this"}}
 REFUSED = {400: {"description": "The engine refused it (one line says why)"}}
@@ -631,7 +672,7 @@ def api_claim(request: Request, session: DbSession, user: WorkerUser, body: Clai
     done = workflow.claim(request.app.state.sessions, worker, body.participant_id, body.kind)
     if done.task_id is None:
         return ClaimOut(task=None, new=False, message=NOTICES["none"].format(kind=KIND_LABEL[body.kind]))
-    message = "claimed" if done.new else "you already hold a task of this kind: finish it first"
+    message = "claimed" if done.new else "you hold a task of this kind already: finish it or give it back"
     task = workflow.open_task(session, worker, done.task_id)
     return _answer(session, ClaimOut(task=_task_out(session, task), new=done.new, message=message))
 
@@ -670,6 +711,19 @@ def api_annotate(session: DbSession, user: WorkerUser, task_id: TaskId, body: An
     session.commit()  # the rating is stored before the task is read back for the answer
     task = workflow.open_task(session, worker, task_id)
     return _answer(session, AnnotationOut(annotation_id=annotation_id, task=_task_out(session, task)))
+
+
+@api.post(
+    "/tasks/{task_id}/give-back",
+    response_model=GiveBackOut,
+    summary="Give a task you are working on back to the pool (skip it)",
+    responses={**NOT_YOURS, **REFUSED},
+)
+def api_give_back(session: DbSession, user: WorkerUser, task_id: TaskId) -> GiveBackOut:
+    """Open for anyone at once, not counted against you (daily cap, finished work), in the audit trail. A
+    claim of the same kind afterwards may offer it to you again when it is the oldest you may take."""
+    given = workflow.give_back(session, _worker(session, user), task_id)
+    return _answer(session, GiveBackOut(task_id=given.task_id, kind=given.kind, message=GIVEN_BACK))  # type: ignore[arg-type]
 
 
 @api.get(

@@ -1,4 +1,5 @@
-// STAR pages: streamed replies in the red-team chat, 1-9 keys on the rating form, the break reminder.
+// STAR pages: streamed replies in the red-team chat, 1-9 keys on the rating form, Ctrl+Enter submitting
+// the form being filled in, the break reminder.
 // Everything here is an enhancement: without JavaScript the forms post and the server does the same work.
 "use strict";
 
@@ -112,12 +113,19 @@
         streamReply(form, list, status);
       });
     });
-    const message = chatForm.querySelector("textarea");
-    message.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-        event.preventDefault();
-        chatForm.requestSubmit();
-      }
+  }
+
+  // Ctrl+Enter (Cmd+Enter on a Mac) submits the form that has the focus, on every STAR page, or the rating
+  // form when nothing has the focus yet (after the number keys, say). requestSubmit runs the browser's own
+  // checks (a point and a reason are required) and the form's submit handlers (the chat streams its reply).
+  function setUpKeyboardSubmit() {
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey) || event.defaultPrevented) return;
+      const target = event.target;
+      const form = (target && target.closest && target.closest("form")) || document.querySelector("form.rating-form");
+      if (!form || form.hidden || !form.closest("main")) return;  // the page's forms, not sign-out
+      event.preventDefault();
+      form.requestSubmit();
     });
   }
 
@@ -151,6 +159,7 @@
   document.addEventListener("DOMContentLoaded", () => {
     setUpChat();
     setUpRatingKeys();
+    setUpKeyboardSubmit();
     setUpBreakReminder();
   });
 })();
