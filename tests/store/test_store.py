@@ -15,16 +15,76 @@ from sqlalchemy import inspect, select, text
 
 from assay.errors import UserError
 from assay.store import Base, Round, Split, Team, make_engine, open_store
+from assay.store.engine import at_head, upgrade
 
 
 def test_migrations_match_the_models(db_url: str) -> None:
     url = db_url
-    open_store(url)
+    open_store(url)  # the table modules registered
     engine = make_engine(url)
+    upgrade(engine, from_models=False)  # every script, from an empty database
     with engine.connect() as connection:
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     assert diff == []
     assert set(inspect(engine).get_table_names()) >= {"rounds", "splits", "teams", "submissions", "jobs"}
+
+
+def schema(url: str) -> dict[str, object]:
+    """Every table's columns (type, nullability, server default), indexes (with their WHERE), unique, foreign
+    key, primary key and check constraints, as the database itself reports them."""
+    found = inspect(make_engine(url))
+    tables: dict[str, object] = {}
+    for table in found.get_table_names():
+        columns = {
+            c["name"]: (str(c["type"]), c["nullable"], str(c.get("default")))
+            for c in found.get_columns(table)
+        }
+        indexes = sorted(
+            (
+                i["name"],
+                tuple(i["column_names"]),
+                bool(i["unique"]),
+                sorted((k, str(v)) for k, v in i.get("dialect_options", {}).items()),
+            )
+            for i in found.get_indexes(table)
+        )
+        uniques = sorted(tuple(u["column_names"]) for u in found.get_unique_constraints(table))
+        keys = sorted(
+            (
+                tuple(f["constrained_columns"]),
+                f["referred_table"],
+                tuple(f["referred_columns"]),
+                str(f.get("options")),
+            )
+            for f in found.get_foreign_keys(table)
+        )
+        checks = sorted(str(c["sqltext"]) for c in found.get_check_constraints(table))
+        tables[table] = (
+            columns,
+            indexes,
+            uniques,
+            keys,
+            found.get_pk_constraint(table)["constrained_columns"],
+            checks,
+        )
+    return tables
+
+
+def test_a_fresh_database_built_from_the_models_is_the_migrated_one(
+    db_url: str, request: pytest.FixtureRequest
+) -> None:
+    """An empty database is created from the models and stamped (fast); the result is, table by table and
+    column by column, what running every migration script builds, and it is at the heads."""
+    second = (
+        db_url.replace("store.db", "scripts.db")
+        if db_url.startswith("sqlite")
+        else request.getfixturevalue("postgres").new_database()
+    )
+    open_store(db_url)  # empty: built from the models
+    upgrade(make_engine(second), from_models=False)
+    assert at_head(make_engine(db_url)) and at_head(make_engine(second))
+    built, migrated = schema(db_url), schema(second)
+    assert len(built) >= 30 and built == migrated
 
 
 OPEN_AT_ONCE = """

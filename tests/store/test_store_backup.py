@@ -55,14 +55,26 @@ def _instance(url: str, home: Path, tmp: Path):  # type: ignore[no-untyped-def]
     return seeded.passwords
 
 
+def _in_order(columns, key):  # type: ignore[no-untyped-def]
+    """The primary key first, then the other columns by name."""
+    return [*key, *sorted((c for c in columns if c not in set(key)), key=lambda c: c.name)]
+
+
 def _rows(url: str) -> dict[str, list[tuple]]:  # type: ignore[type-arg]
+    """Each table's rows, the key first and the other columns by name: a database built from the models
+    and one built by the migration scripts hold the same columns in another order (added ones last)."""
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
             meta = MetaData()
             meta.reflect(connection)
             return {
-                t.name: [tuple(r) for r in connection.execute(select(t).order_by(*t.primary_key.columns))]
+                t.name: [
+                    tuple(r)
+                    for r in connection.execute(
+                        select(*_in_order(t.columns, t.primary_key.columns)).order_by(*t.primary_key.columns)
+                    )
+                ]
                 for t in meta.sorted_tables
             }
     finally:
@@ -87,7 +99,8 @@ def _moved(rows: dict[str, list[tuple]], url: str, old: Path, new: Path) -> dict
     engine.dispose()
     out = {}
     for name, table_rows in rows.items():
-        columns = [c.name for c in meta.tables[name].columns]
+        table = meta.tables[name]
+        columns = [c.name for c in _in_order(table.columns, table.primary_key.columns)]  # as ``_rows`` reads
         paths = [columns.index(c) for c in PATH_COLUMNS.get(name, ())]
         out[name] = [
             tuple(

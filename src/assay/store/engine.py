@@ -55,10 +55,18 @@ def make_engine(url: str | None = None) -> Engine:
     return engine
 
 
-def upgrade(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision of every branch."""
+def upgrade(engine: Engine, from_models: bool = True) -> None:
+    """Bring the schema to the newest Alembic revision of every branch.
+
+    A database with no table at all is built from the models in one step and stamped at the heads
+    (Alembic's recipe for a fresh database): the schema the migrations would build (``tests/store`` holds
+    the two equal, column by column), in a fraction of the time of running every script on an empty
+    database. ``from_models=False`` runs the scripts anyway (the tests that compare the two ways).
+    """
     from alembic import command
     from alembic.config import Config
+
+    from assay.store.models import Base  # every table module is imported by open_store first
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
@@ -70,7 +78,11 @@ def upgrade(engine: Engine) -> None:
     ):
         _advisory_lock(connection)
         config.attributes["connection"] = connection
-        command.upgrade(config, "heads")  # pillars may branch from one revision
+        if from_models and not inspect(connection).get_table_names():
+            Base.metadata.create_all(connection)
+            command.stamp(config, "heads")
+        else:
+            command.upgrade(config, "heads")  # pillars may branch from one revision
         _check_foreign_keys(connection)
 
 
