@@ -114,7 +114,7 @@ def main() -> None:
         print(f"three baselines on {args.models} test models: {seconds:.0f} s with {args.workers} workers")
         if args.answers:
             save_answers(sessions, args.answers)
-        for mode in ("grid", "bins", "exact"):
+        for mode in ("refined", "grid", "belief", "bins", "exact"):
             show(sessions, mode, args.bits)
 
 

@@ -204,7 +204,9 @@ def test_a_split_the_budget_reveals_whole_warns_the_organiser(tmp_path: Path) ->
         )
         assert "2 models" in (rounds.disclosure_warning(small) or "")
         assert rounds.disclosure_warning(exact) is None and rounds.disclosure_warning(big) is None
-        with pytest.raises(Exception, match="--disclosure: 'cells' is not one of grid, belief, bins, exact"):
+        with pytest.raises(
+            Exception, match="--disclosure: 'cells' is not one of refined, grid, belief, bins, exact"
+        ):
             rounds.create_round(session, "r4", tmp_path / "big", disclosure="cells")
 
 
@@ -242,3 +244,31 @@ def test_belief_bins_rank_like_the_grid_and_tell_a_believer_at_most_the_budget(t
     for team in ("neural-cleanse", "meta-classifier"):
         assert by_team[team].metrics["shown_high"] - by_team[team].metrics["shown_low"] < 0.01
     assert record.note.startswith("the bin of label vectors that score like yours, weighted by your own")
+
+
+def test_the_default_refined_board_is_never_wider_than_the_grid_and_narrow_where_answers_expect(
+    tmp_path: Path,
+) -> None:
+    """The default (``refined``): the public order is the exact order, the good detectors apart, every
+    interval at most one cell of the b - 1 grid (0.01) wide up to CE 1 and holding the exact score, constant
+    teams tied, and each submission one of fewer than 2^b showings its answers allow."""
+    sessions, answers, labels = make_board40(tmp_path, rounds.DEFAULT_MODE)
+    exact = {team: log_loss(labels, p, labels=[0, 1]) for team, p in answers.items()}
+    with sessions() as session:
+        rows = publish.standings(session, "r1", "test", public=True)
+        member = views.Viewer.member_of("weak")
+        own = next(r for r in views.round_board(session, member, "r1").best if r.team == "weak")
+        record = views.submission_view(session, member, own.submission_id)
+    by_team = {row.team: row for row in rows}
+    assert rounds.DEFAULT_MODE == "refined"
+    assert [row.team for row in rows[:3]] == ["neural-cleanse", "meta-classifier", "weak"]
+    assert [by_team[t].tied_with for t in ("neural-cleanse", "meta-classifier", "weak")] == [[], [], []]
+    assert {by_team[t].rank for t in ("half-a", "half-b", "half-c")} == {4} and rows[-1].team == "always-0.9"
+    for row in rows:
+        low, high = row.metrics["shown_low"], row.metrics["shown_high"]
+        assert low <= exact[row.team] <= high and row.metrics["shown_showings"] <= 2**8 - 1
+        if high <= 1.0:
+            assert high - low <= 0.01
+    assert record.note.startswith("a cell of the round's grid of 128, narrowed to the scores your own")
+    assert "at most 8 bits about the test labels on average" in record.note
+    print("\n" + "\n".join(f"{r.rank}: {r.team} exact {exact[r.team]:.4f} | {r.summary}" for r in rows))

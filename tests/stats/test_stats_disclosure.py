@@ -167,3 +167,31 @@ def test_believed_bins_are_narrow_where_a_confident_detector_expects_its_score()
     weighted = partition(near_half, "cross_entropy", 8, believed_by_answers=True)
     assert abs(len(weighted.ends) - len(plain.ends)) <= 8
     assert weighted.counts.min() * 2**40 >= 0.5 * plain.counts.min()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_refined_cells_are_fewer_than_2_to_the_bits_and_hold_the_score(case) -> None:
+    """The grid at b - 1 narrowed by the believed bins at b - 1: over all 2^12 label vectors the showings
+    number at most 2^b - 1 (the count ``refined`` reports), their entropy is at most b bits (scipy), and each
+    shown interval holds the true score and is no wider than its grid cell (plus the lattice unit)."""
+    from scipy.stats import entropy
+
+    from assay.stats.disclosure import grid_edges, refined
+
+    n, bits = 12, 6
+    p = case[1](np.random.default_rng(7), n)
+    vectors = every_vector(n)
+    truth = exact_scores(p, "cross_entropy", vectors)
+    table = partition(p, "cross_entropy", bits - 1, believed_by_answers=True)
+    offsets = table.offsets(vectors)
+    edges = grid_edges("cross_entropy", bits - 1)
+    lattice = (table.base + offsets) * table.unit / n
+    cells = np.clip(np.searchsorted(edges, lattice, side="right") - 1, 0, len(edges) - 2)
+    pairs = cells * 10**6 + table.bin_of(vectors)
+    _, counts = np.unique(pairs, return_counts=True)
+    assert len(counts) <= 2**bits - 1 and entropy(counts, base=2) <= bits
+    for i in np.random.default_rng(1).choice(2**n, 24, replace=False):
+        shown = refined(p, vectors[i], "cross_entropy", bits)
+        assert shown.showings == len(counts)
+        assert shown.low - 1e-12 <= truth[i] <= shown.high + 1e-12
+        assert shown.high - shown.low <= shown.cell.high - shown.cell.low + table.unit + 1e-12

@@ -185,12 +185,14 @@ def round_create(
         "open: its score is shown as one of at most 2^bits values (docs/leaderboard.md).",
     ),
     disclosure: str = typer.Option(
-        "grid",
+        "refined",
         "--disclosure",
-        help="How an open round shows test scores: grid (a fixed grid of 2^leak-bits cells, 0.005 wide on "
-        "CE up to 1 at 8 bits: at most leak-bits bits on average), belief (bins weighted by the detector's "
-        "own answers: at most leak-bits bits in any outcome to a team that believes them), bins (worst-case "
-        "bins of >= 2^(n - leak-bits) label vectors; wide intervals) or exact (NIST's board).",
+        help="How an open round shows test scores: refined (the grid's cell at leak-bits - 1, 0.01 wide on "
+        "CE up to 1 at 8 bits, narrowed by the bins the detector's own answers make likely: fewer than "
+        "2^leak-bits showings, at most leak-bits bits on average), grid (a fixed grid of 2^leak-bits "
+        "cells, 0.005 wide on CE up to 1 at 8 bits), belief (bins weighted by the detector's own answers: "
+        "at most leak-bits bits in any outcome to a team that believes them), bins (worst-case bins of >= "
+        "2^(n - leak-bits) label vectors; wide intervals) or exact (NIST's board).",
     ),
     max_image_gb: float = typer.Option(
         8.0, "--max-image-gb", min=0.001, help="Largest container image a team may submit."

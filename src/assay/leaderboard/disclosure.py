@@ -5,7 +5,11 @@ submission: given its own answers, an exact cross entropy can single out the lab
 16 bits from one submission). So while a round is open, everyone but the organisers sees a test submission's
 score only in the form the round chose (``Round.disclosure``, in the audit trail):
 
-- ``grid`` (default): the cell of a fixed grid of at most 2^``leak_bits`` cells on the metric's scale
+- ``refined`` (default): the grid's cell at b - 1 bits narrowed by the answer-weighted bin at b - 1 bits
+  (``assay.stats.disclosure.refined``): fewer than 2^b showings fixed before the labels are read (at most b
+  bits on average), never wider than the grid's cell (0.01 of cross entropy up to 1 at 8 bits), and as
+  narrow as the belief bins where a detector's answers expect its score; additive metrics (others: ``grid``).
+- ``grid``: the cell of a fixed grid of at most 2^``leak_bits`` cells on the metric's scale
   (``assay.stats.disclosure.grid_edges``: 0.005 wide on cross entropy up to 1 at 8 bits). The grid is fixed
   by the round before any label is read, so a showing is one of at most 2^b values: at most b bits on
   average whatever the attacker believes. Any ranking metric can be shown this way.
@@ -31,13 +35,14 @@ import math
 
 import numpy as np
 
-from assay.stats.disclosure import ADDITIVE, BOUNDED, disclose, grid_cell, grid_edges
+from assay.stats.disclosure import ADDITIVE, BOUNDED, disclose, grid_cell, grid_edges, refined
 from assay.store.enums import RoundStatus
 from assay.store.models import Round
 
 PREFIX = "shown_"
 SEALED_STATUSES = (RoundStatus.DRAFT, RoundStatus.OPEN)
-MODES = ("grid", "belief", "bins", "exact")
+MODES = ("refined", "grid", "belief", "bins", "exact")
+DEFAULT_MODE = "refined"
 GRID_METRICS = ("cross_entropy", *BOUNDED)
 
 
@@ -56,7 +61,7 @@ def disclosed_metrics(
     truth: dict[str, int],
     metric: str,
     bits: float,
-    mode: str = "grid",
+    mode: str = DEFAULT_MODE,
     value: float | None = None,
 ) -> dict[str, float]:
     """The ``shown_`` numbers of one scored test job (empty when the mode cannot show ``metric``).
@@ -64,7 +69,18 @@ def disclosed_metrics(
     ``predictions`` are the values scored, missing models already filled in as the scorer fills them;
     ``value`` is the exact score of ``metric`` (the grid shows its cell).
     """
-    if mode == "grid":
+    if mode == "refined" and metric in ADDITIVE and truth:
+        models = sorted(truth)
+        shown = refined(
+            np.array([predictions[m] for m in models]), np.array([truth[m] for m in models]), metric, bits
+        )
+        return {
+            f"{PREFIX}low": shown.low,
+            f"{PREFIX}high": shown.high,
+            f"{PREFIX}cells": float(shown.cell.cells),
+            f"{PREFIX}showings": float(shown.showings),
+        }
+    if mode in ("grid", "refined"):  # refined shows a non-additive metric on the grid alone
         if metric not in GRID_METRICS or value is None or not math.isfinite(value):
             return {}
         cell = grid_cell(value, grid_edges(metric, bits))
@@ -179,6 +195,13 @@ def in_words(shown: Interval | None, metric: str, rank: int, total: int, tied_wi
 def sealed_note(metrics: dict[str, float | None]) -> str:
     """What the shown interval guarantees, in words, for the submission page."""
     cells, bits = metrics.get(f"{PREFIX}cells"), metrics.get(f"{PREFIX}bits")
+    showings = metrics.get(f"{PREFIX}showings")
+    if cells is not None and showings is not None:
+        return (
+            f"a cell of the round's grid of {int(cells)}, narrowed to the scores your own answers make "
+            f"likely; one of {int(showings)} showings your answers allow, fixed before the labels were "
+            f"read: at most {math.log2(2 * cells):.0f} bits about the test labels on average"
+        )
     if cells is not None:
         return (
             f"one of {int(cells)} cells of the round's grid, fixed before the labels were read: at most "

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.leaderboard.disclosure import MODES, small_split_warning
+from assay.leaderboard.disclosure import DEFAULT_MODE, MODES, small_split_warning
 from assay.names import check_name
 from assay.store.enums import RoundStatus
 from assay.store.models import Round, Split, Team, utcnow
@@ -109,7 +109,7 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     metric = settings.get("metric", "cross_entropy")
     if metric not in RANKING_METRICS:
         raise UserError(f"--metric: {metric!r} is not one of {', '.join(RANKING_METRICS)}")
-    disclosure = settings.get("disclosure", "grid")
+    disclosure = settings.get("disclosure", DEFAULT_MODE)
     if disclosure not in MODES:
         raise UserError(f"--disclosure: {disclosure!r} is not one of {', '.join(MODES)}")
     if settings.get("source_dataset") is not None:

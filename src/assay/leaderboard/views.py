@@ -183,7 +183,7 @@ class RoundOut(BaseModel):
     opened_at: datetime | None
     closed_at: datetime | None
     splits: list[str]
-    disclosure: str = "grid"  # how an open round shows test scores (``disclosure.MODES``)
+    disclosure: str = "refined"  # how an open round shows test scores (``disclosure.MODES``)
     leak_bits: float = 8.0
 
 

@@ -9,7 +9,12 @@ Two mechanisms, for two guarantees (docs/leaderboard.md defends both):
   more: ``grid_information`` counts them exactly. Cross entropy gets cells 1/200 of [0, 1] wide for 8 bits
   (0.005) and geometric cells above 1; bounded metrics equal cells on [0, 1].
 - ``partition``/``disclose`` (worst case, "bins"), below.
-- ``partition(..., believed=True)`` ("belief"): the same bins, with each label vector weighted by the
+- ``refined`` ("refined", the leaderboard's default): the grid at ``bits - 1`` narrowed by the
+  answer-weighted bins at ``bits - 1``: two partitions of one line into at most 2^(bits-1) intervals each
+  have at most 2^bits - 1 intervals in common, so the showing is still one of fewer than 2^bits values fixed
+  before any label is read, never wider than the grid's cell (0.01 of cross entropy up to 1 at 8 bits),
+  and as narrow as the belief bins where a detector's answers expect its score.
+- ``partition(..., believed_by_answers=True)`` ("belief"): the same bins, each label vector weighted by the
   probability the detector's own answers give it (model i trojaned with probability p_i, independently),
   each bin holding at least 2^-bits of that probability. A team that believes its answers then learns at
   most ``bits`` bits from any outcome; a probe answering about 0.5 believes every vector equally and gets
@@ -300,3 +305,49 @@ def disclose(
 ) -> Shown:
     """What may be shown of ``metric`` for ``predictions`` against ``labels`` at a budget of ``bits``."""
     return partition(predictions, metric, bits, believed_by_answers).shown(np.asarray(labels))
+
+
+@dataclass(frozen=True)
+class Refined:
+    """A grid cell narrowed by an answer-weighted bin: the score lies in [low, high]."""
+
+    low: float
+    high: float
+    cell: Cell  # the grid's cell at bits - 1
+    bin: int  # the answer-weighted bin at bits - 1 (1 = the best-scoring)
+    bins: int
+    showings: int  # how many (cell, bin) pairs these answers can show: at most 2^bits - 1
+
+
+def refined(predictions: np.ndarray, labels: np.ndarray, metric: str, bits: float) -> Refined:
+    """The grid cell at ``bits - 1`` intersected with the answer-weighted bin at ``bits - 1``.
+
+    Both are taken of the lattice score (the one the bins are cut on), so both are monotone in one number
+    and their common refinement has at most ``cells + bins - 1`` members; the true score lies within one
+    lattice unit above it, which the upper end allows.
+    """
+    half = bits - 1.0
+    table = partition(predictions, metric, half, believed_by_answers=True)
+    offset = int(table.offsets(np.asarray(labels)))
+    lattice = (table.base + offset) * table.unit / table.n
+    edges = grid_edges(metric, half)
+    cell = grid_cell(lattice, edges)
+    shown = table.shown(labels)
+    return Refined(
+        low=max(cell.low, shown.low),
+        high=min(cell.high + table.unit, shown.high),
+        cell=cell,
+        bin=shown.bin,
+        bins=shown.bins,
+        showings=_showings(table, edges),
+    )
+
+
+def _showings(table: Partition, edges: np.ndarray) -> int:
+    """Distinct (cell, bin) pairs over every occupied lattice point: what these answers can show at all."""
+    counts = subset_sum_counts(table.steps)
+    offsets = np.flatnonzero(counts)
+    scores = (table.base + offsets) * table.unit / table.n
+    cells = np.clip(np.searchsorted(edges, scores, side="right") - 1, 0, len(edges) - 2)
+    bins = np.searchsorted(table.ends, offsets, side="left")
+    return len(np.unique(cells.astype(np.int64) * (len(table.ends) + 1) + bins))

@@ -98,7 +98,7 @@ class Round(Base):
     # (assay.leaderboard.disclosure), and the largest container image a team may submit
     leak_bits: Mapped[float] = mapped_column(Float, default=8.0, server_default="8")
     # how a sealed test score is shown: grid (default), bins (worst case; rounds made before it) or exact
-    disclosure: Mapped[str] = mapped_column(String(10), default="grid", server_default="bins")
+    disclosure: Mapped[str] = mapped_column(String(10), default="refined", server_default="bins")
     image_bytes: Mapped[int] = mapped_column(BigInteger, default=8 * 2**30, server_default=str(8 * 2**30))
     # the TrojAI calling convention (assay.leaderboard.harness): NIST calls detectors without the `infer`
     # word; rounds made before this setting keep it (server default). A source data folder, where the round

@@ -181,6 +181,8 @@ METRIC_LABELS = {
     "shown_high": "Disclosed score: at most",
     "shown_share": "Share of label vectors scoring as well",
     "shown_bits": "Bits about the test labels this shows",
+    "shown_showings": "Showings these answers allow",
+    "shown_cells": "Cells of the grid",
 }
 
 
