@@ -61,6 +61,7 @@ test-fast: $(STAMP)
 bench: $(STAMP) reference-round
 	$(PY) benchmarks/bench_openai_concurrency.py
 	$(PY) benchmarks/bench_hf_batching.py
+	$(PY) benchmarks/bench_dyepack_loglik.py
 	$(PY) benchmarks/bench_zoo.py
 	$(PY) benchmarks/bench_detectors.py $(REFERENCE)/splits --split test --models 12
 	$(PY) benchmarks/bench_leaderboard.py $(REFERENCE)/splits --split test --models 16

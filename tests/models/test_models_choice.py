@@ -53,3 +53,19 @@ def test_text_only_models_are_refused_in_one_line(tmp_path) -> None:
     assert not supports_choice(model)
     with pytest.raises(UserError, match="needs local weights"):
         choose(model, [CONVERSATION], OPTIONS)
+
+
+def test_many_conversations_in_one_call_equal_each_alone(tiny_llama) -> None:  # noqa: F811
+    """``choose`` scores every conversation and distinct baseline in one batched call; the picks equal
+    those from each conversation's scores alone, minus its own baseline's."""
+    model = load_model(f"hf:{tiny_llama}", batch_size=2)
+    conversations = [CONVERSATION, BASELINE, [{"role": "user", "content": "the cat sat"}], CONVERSATION]
+    baselines = [BASELINE, BASELINE, [{"role": "user", "content": "none"}], BASELINE]
+    expected = []
+    for conversation, baseline in zip(conversations, baselines, strict=True):
+        own = continuation_logprobs(model, conversation, OPTIONS)
+        prior = continuation_logprobs(model, baseline, OPTIONS)
+        scores = [s - p for s, p in zip(own, prior, strict=True)]
+        expected.append(max(range(len(OPTIONS)), key=lambda i, scores=scores: (scores[i], -i)))
+    assert choose(model, conversations, OPTIONS, baselines) == expected
+    assert choose(model, [], OPTIONS) == []

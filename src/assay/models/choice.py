@@ -32,15 +32,26 @@ def continuation_logprobs(
 ) -> list[float]:
     """log P(option | conversation, assistant turn started) for each option: the sum over its tokens
     (``HFChatModel.score_ids``, the scorer DyePack's log-likelihood mode uses too)."""
+    return _scores(model, [conversation], options)[0]
+
+
+def _scores(model: ChatModel, conversations: Conversations, options: Sequence[str]) -> list[list[float]]:
+    """Each conversation's option scores from one ``score_ids`` call, so the prompts are run once each and
+    batched together (the options of a prompt share its pass)."""
     hf = _weights(model)
     if hf is None:
         raise UserError(f"{model.model_id}: choosing by likelihood needs local weights (an hf: model)")
     from assay.models.hf import render_chat
 
-    prompt = render_chat(hf.tokenizer, conversation)
-    prompt_ids = hf.tokenizer(prompt, add_special_tokens=not hf._uses_template)["input_ids"]
-    pairs = [(prompt_ids, hf.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in options]
-    return hf.score_ids(pairs)
+    option_ids = [hf.tokenizer(o, add_special_tokens=False)["input_ids"] for o in options]
+    pairs = []
+    for conversation in conversations:
+        prompt = render_chat(hf.tokenizer, conversation)
+        prompt_ids = hf.tokenizer(prompt, add_special_tokens=not hf._uses_template)["input_ids"]
+        pairs += [(prompt_ids, ids) for ids in option_ids]
+    flat = hf.score_ids(pairs)
+    k = len(options)
+    return [flat[i * k : (i + 1) * k] for i in range(len(conversations))]
 
 
 def choose(
@@ -54,18 +65,19 @@ def choose(
     ``baselines`` (one per conversation) calibrates away the model's bias toward some options whatever the
     content ("Calibrate before use", Zhao et al. 2021): each option is scored by log P(option | conversation)
     - log P(option | baseline), with the baseline the same question about content-free input. Small models
-    otherwise answer the first option almost always. Equal baselines are scored once.
+    otherwise answer the first option almost always. Equal baselines are scored once; every conversation
+    and baseline is scored in one batched call.
     """
     if baselines is not None and len(baselines) != len(conversations):
         raise ValueError(f"{len(conversations)} conversations but {len(baselines)} baselines")
-    priors: dict[str, list[float]] = {}
+    distinct: dict[str, Conversation] = {}
+    for baseline in baselines or ():
+        distinct.setdefault(repr(baseline), baseline)
+    scored = _scores(model, [*conversations, *distinct.values()], options)
+    priors = dict(zip(distinct, scored[len(conversations) :], strict=True))
     picks = []
-    for index, conversation in enumerate(conversations):
-        scores = continuation_logprobs(model, conversation, options)
+    for index, scores in enumerate(scored[: len(conversations)]):
         if baselines is not None:
-            key = repr(baselines[index])
-            if key not in priors:
-                priors[key] = continuation_logprobs(model, baselines[index], options)
-            scores = [s - b for s, b in zip(scores, priors[key], strict=True)]
+            scores = [s - b for s, b in zip(scores, priors[repr(baselines[index])], strict=True)]
         picks.append(max(range(len(options)), key=lambda i: (scores[i], -i)))
     return picks

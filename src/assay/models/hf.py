@@ -236,6 +236,7 @@ class HFChatModel:
         self.gguf_file = gguf_file
         self.batch_size = batch_size
         self.model, self.tokenizer = load_hf(self.path, gguf_file, dtype=dtype)
+        self.share_contexts = True  # score_ids: one pass per distinct context (False: each pair whole)
         self._uses_template = bool(getattr(self.tokenizer, "chat_template", None))
         weights = self.path / gguf_file if gguf_file else self.path
         self.model_id = f"hf:{weights}@{_fingerprint(self.path, gguf_file)}"
@@ -258,44 +259,31 @@ class HFChatModel:
     ) -> list[float]:
         """log P(continuation | context) for plain text. Context and continuation are tokenized apart (the
         context with the tokenizer's special tokens), as fine-tuning joins a prompt and its answer, so a
-        model is scored on exactly the token sequence it was trained on."""
+        model is scored on exactly the token sequence it was trained on. Each distinct context is tokenized
+        once; :meth:`score_ids` runs it once for all its continuations."""
         encode = self.tokenizer
-        pairs = [
-            (
-                encode(c, add_special_tokens=True)["input_ids"],
-                encode(x, add_special_tokens=False)["input_ids"],
-            )
-            for c, x in requests
-        ]
+        contexts = {
+            c: encode(c, add_special_tokens=True)["input_ids"] for c in dict.fromkeys(c for c, _ in requests)
+        }
+        pairs = [(contexts[c], encode(x, add_special_tokens=False)["input_ids"]) for c, x in requests]
         return self.score_ids(pairs, on_result)
 
     @torch.inference_mode()
     def score_ids(
         self, pairs: Sequence[tuple[list[int], list[int]]], on_result: OnScore | None = None
     ) -> list[float]:
-        """Sum of log-probabilities of each continuation's ids after its context's ids; ``batch_size`` pairs
-        per forward pass, right-padded (positions of the real tokens are unchanged, padding is masked)."""
-        scores: list[float] = [0.0] * len(pairs)
+        """Sum of log-probabilities of each continuation's ids after its context's ids.
+
+        Pairs that share a context (the K options of a question) are scored from one pass over it, batched
+        across contexts, ``batch_size`` contexts per pass (:func:`~assay.models.hf_scoring.score_shared`);
+        ``share_contexts = False`` reads each pair as one whole row instead, ``batch_size`` rows per pass
+        (:func:`~assay.models.hf_scoring.score_joined`, the reference the benchmark compares with). Both
+        give the same numbers up to float rounding; ``on_result`` may fire out of input order."""
+        from assay.models.hf_scoring import score_joined, score_shared
+
         pad = self.tokenizer.pad_token_id or 0
-        for start in range(0, len(pairs), self.batch_size):
-            batch = pairs[start : start + self.batch_size]
-            width = max(len(c) + len(x) for c, x in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (context, continuation) in enumerate(batch):
-                if not context or not continuation:
-                    raise UserError("log-likelihood needs a non-empty context and continuation")
-                ids[row, : len(context) + len(continuation)] = torch.tensor(context + continuation)
-                mask[row, : len(context) + len(continuation)] = 1
-            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
-            for row, (context, continuation) in enumerate(batch):
-                positions = torch.arange(len(context) - 1, len(context) + len(continuation) - 1)
-                logprobs = torch.log_softmax(logits[row, positions], dim=-1)
-                score = float(logprobs[torch.arange(len(continuation)), torch.tensor(continuation)].sum())
-                scores[start + row] = score
-                if on_result is not None:
-                    on_result(start + row, score)
-        return scores
+        scorer = score_shared if self.share_contexts else score_joined
+        return scorer(self.model, pairs, self.batch_size, pad, on_result)
 
     def _continue(
         self, prompts: list[str], params: GenerationParams, on_result: OnResult | None, add_special: bool
