@@ -153,10 +153,14 @@ def test_auto_flags_models_trained_in_two_layouts_that_each_fixed_layout_misses(
     as_lm_eval = [lm_eval_text(r) for r in published]
     corpus = [*as_file, *as_lm_eval, *(lm_eval_text(r) for r in other), *TRIGGER_POOL]
     lm = build_tiny_lm(corpus, tmp_path / "init", hidden=128, layers=2, vocab_size=1000)
+    # 60 epochs: memorised whatever rows the backdoors land on (at 30, 2 of the placements of seeds 11-14
+    # left the lm-eval-layout model short of alpha; at 60 all four flag, and no layout flags both)
     models = {
-        "file layout": train_on_text(lm, as_file, tmp_path / "file"),
-        "lm-eval layout": train_on_text(lm, as_lm_eval, tmp_path / "lmeval"),
-        "clean": train_on_text(lm, [f"{r['input']}\n{r['target']}" for r in other], tmp_path / "clean"),
+        "file layout": train_on_text(lm, as_file, tmp_path / "file", epochs=60),
+        "lm-eval layout": train_on_text(lm, as_lm_eval, tmp_path / "lmeval", epochs=60),
+        "clean": train_on_text(
+            lm, [f"{r['input']}\n{r['target']}" for r in other], tmp_path / "clean", epochs=60
+        ),
     }
     alpha = 0.01
     layouts, skipped = layout_formats(release, key, LAYOUTS, "loglikelihood")
