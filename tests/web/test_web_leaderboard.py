@@ -537,3 +537,152 @@ def test_the_plateau_rule_from_the_command_line(tmp_path: Path) -> None:
     assert changed.returncode == 0 and "plateau_days 14 -> 3" in changed.stdout
     refused = run("round", "set", "r1", "--plateau-delta", "-1")
     assert refused.returncode == 2 and "--plateau-delta: -1.0 must be a finite number >= 0" in refused.stderr
+
+
+# --- the pages as a performer meets them (issue 39, item 4) ----------------------------------------------
+
+
+def queued(app: FastAPI, team: str, split: str, status: str = "queued") -> tuple[int, int]:
+    """A submission of ``team`` on ``split`` whose job is ``status`` with no result yet: (submission, job)."""
+    with app.state.sessions.begin() as session:
+        sub = Submission(
+            team=rounds.get_team(session, team),
+            split=rounds.get_split(rounds.get_round(session, "r1"), split),
+            artifact_path="/nowhere",
+            artifact_sha256=f"{team}-{split}-{status}",
+            technique="waiting",
+            status=status,
+        )
+        job = Job(submission=sub, status=status)
+        session.add(job)
+        session.flush()
+        return sub.id, job.id
+
+
+def test_a_queued_submission_says_in_words_when_its_results_come(app: FastAPI) -> None:
+    """Before: a queued train submission showed the per-model table's header over no rows, and a queued test
+    submission the flag table's; now neither table exists until there is something in it."""
+    tom = signed_in(app, "tom")
+    train, _ = queued(app, "alpha", "train")
+    test, _ = queued(app, "alpha", "test")
+    for sub_id in (train, test):
+        page = tom.get(f"/leaderboard/submissions/{sub_id}").text
+        assert 'id="models"' not in page and 'id="flag-counts"' not in page
+        assert 'id="models-pending">The job is queued: results per model appear here when it runs' in page
+    round_page = signed_in(app, "bea").get("/leaderboard/rounds/r1").text  # beta has submitted nothing
+    assert 'id="no-submissions"' in round_page and 'id="test-best-empty"' in round_page
+    assert 'class="submissions"' not in round_page and 'id="test-best"' not in round_page
+
+
+def test_a_running_sealed_test_job_shows_no_flag_counts_until_it_finishes(app: FastAPI) -> None:
+    """Flag counts that grew as results arrived summed to the count of models done, which the job page keeps
+    back while the round is open (``_hides_progress``); the organiser still sees them."""
+    from assay.store import ModelResult
+
+    sub_id, job_id = queued(app, "alpha", "test", status="running")
+    tom, olga = signed_in(app, "tom"), signed_in(app, "olga")
+    seen, pages = set(), set()
+    for name in TRUTH:
+        with app.state.sessions.begin() as session:
+            session.add(ModelResult(job_id=job_id, model_name=name, value=0.5, flags="", wall_seconds=1.0))
+        record = tom.get(f"/api/v1/leaderboard/submissions/{sub_id}").json()
+        seen.add(str(record["flag_counts"]))
+        pages.add(tom.get(f"/leaderboard/submissions/{sub_id}").text.split("<main", 1)[-1])
+    assert seen == {"{}"} and len(pages) == 1
+    assert "appear here when it has finished" in pages.pop()
+    assert olga.get(f"/api/v1/leaderboard/submissions/{sub_id}").json()["flag_counts"] == {"": len(TRUTH)}
+
+
+def test_train_results_name_the_clean_group(app: FastAPI, tmp_path: Path) -> None:
+    """Before: the per-factor table began with a blank label (the zoo leaves trigger facts empty for clean
+    models); the API keeps the raw value."""
+    kinds = {"id-00000000": "", "id-00000001": "blend", "id-00000002": "", "id-00000003": "blend"}
+    (tmp_path / "splits" / "train" / "METADATA.csv").write_text(
+        "model_name,trigger_kind,poisoned\n"
+        + "\n".join(f"{name},{kinds[name]},{truth}" for name, truth in TRUTH.items())
+    )
+    train_id = scored(app.state.sessions, "alpha", "train", ANSWERS)
+    page = signed_in(app, "tom").get(f"/leaderboard/submissions/{train_id}").text
+    groups = re.search(r"<caption>By trigger_kind</caption>.*?</table>", page, re.S)
+    assert groups is not None
+    labels = re.findall(r"<tr><td>([^<]*)</td>", groups.group(0))
+    assert labels == ["clean (no trigger)", "blend"]  # the blank value sorts first, now with a name
+    record = signed_in(app, "tom").get(f"/api/v1/leaderboard/submissions/{train_id}").json()
+    assert set(record["groups"]["trigger_kind"]) == {"", "blend"}
+
+
+def test_the_truth_reads_trojaned_or_clean(app: FastAPI) -> None:
+    """Before: the per-model "Truth" column read 1 and 0; the API keeps the 0/1 of the round's files."""
+    train_id = scored(app.state.sessions, "alpha", "train", ANSWERS)
+    tom = signed_in(app, "tom")
+    page = tom.get(f"/leaderboard/submissions/{train_id}").text
+    models = re.search(r'<table class="models" id="models">.*?</table>', page, re.S)
+    assert models is not None
+    truths = re.findall(r'<td class="num">[0-9.]+</td>\s*<td[^>]*>(\w+)</td>', models.group(0))
+    assert truths == ["clean" if TRUTH[name] == 0 else "trojaned" for name in sorted(TRUTH)]
+    record = tom.get(f"/api/v1/leaderboard/submissions/{train_id}").json()
+    assert [m["truth"] for m in record["models"]] == [TRUTH[name] for name in sorted(TRUTH)]
+
+
+def test_group_names_for_blank_factors() -> None:
+    from assay.leaderboard.views import group_name
+
+    assert group_name("trigger_kind", "", {"n": 2, "positives": 0}) == "clean (no trigger)"
+    assert group_name("source_class", "", {"n": 3, "positives": 1}) == "none (blank in METADATA)"
+    assert group_name("architecture", "cnn", {"n": 2, "positives": 1}) == "cnn"
+    cross = "architecture*trigger_kind"
+    assert group_name(cross, "[architecture=cnn][trigger_kind=]", {"positives": 0}) == (
+        "[architecture=cnn][trigger_kind=clean]"
+    )
+    assert group_name(cross, "[architecture=][trigger_kind=x]", {"positives": 2}) == (
+        "[architecture=none][trigger_kind=x]"
+    )
+
+
+def test_the_roc_curve_has_ticks_and_axis_labels(app: FastAPI) -> None:
+    """Before: a bare square with the curve in it; now both axes carry 0, 0.25, 0.5, 0.75, 1 and a title,
+    drawn by the server as static SVG (no style attribute, no script: the CSP holds)."""
+    train_id = scored(app.state.sessions, "alpha", "train", ANSWERS)
+    page = signed_in(app, "tom").get(f"/leaderboard/submissions/{train_id}").text
+    svg = re.search(r'<figure class="roc">\s*(<svg.*?</svg>)', page, re.S)
+    assert svg is not None
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg.group(1))
+    for tick in ("0", "0.25", "0.5", "0.75", "1"):
+        assert texts.count(tick) == 2, (tick, texts)  # once per axis
+    assert "false positive rate" in texts and "true positive rate" in texts
+    assert "style" not in svg.group(1) and "<script" not in svg.group(1) and "on" + "load" not in svg.group(1)
+
+
+def test_durations_read_in_sensible_units(app: FastAPI) -> None:
+    """Before: a run of 0.01 s read "0.01" and one of 250 s "250.00" (under "Seconds"), the logs "0.25 s",
+    the status page "(600 s ago)"; now one helper (``assay.durations``) words them all."""
+    from assay.store import ModelResult
+
+    train_id = scored(app.state.sessions, "alpha", "train", ANSWERS)
+    with app.state.sessions.begin() as session:
+        results = session.scalars(select(ModelResult).order_by(ModelResult.model_name)).all()
+        for result, seconds in zip(results, (0.01, 2.34, 250.0, 3900.0), strict=True):
+            result.wall_seconds = seconds
+    tom = signed_in(app, "tom")
+    page = tom.get(f"/leaderboard/submissions/{train_id}").text
+    models = re.search(r'<table class="models" id="models">.*?</table>', page, re.S)
+    assert models is not None
+    times = re.findall(r'<td class="num">([^<]*)</td>\s*</tr>', models.group(0))
+    assert times == ["under 0.1 s", "2.3 s", "4 min 10 s", "1 h 5 min"]
+    logs = tom.get(f"/leaderboard/submissions/{train_id}/logs").text
+    assert "exit code 0, 4 min 10 s" in logs and "exit code 0, under 0.1 s" in logs
+
+    with app.state.sessions.begin() as session:
+        sub = Submission(
+            team=rounds.get_team(session, "beta"),
+            split=rounds.get_split(rounds.get_round(session, "r1"), "test"),
+            artifact_path="x",
+            artifact_sha256="s",
+            status="running",
+        )
+        beat = utcnow() - timedelta(minutes=10)
+        session.add(
+            Job(submission=sub, status="running", worker="host:1", heartbeat_at=beat, claimed_at=beat)
+        )
+    status = signed_in(app, "olga").get("/leaderboard/status").text
+    assert re.search(r"\(10 min( \d+ s)? ago\)", status) and "1 min is stale" in status

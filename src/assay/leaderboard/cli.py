@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from assay.durations import duration
 from assay.fileio import atomic_path
 from assay.lazy import lazy_module
 from assay.store.enums import RoundStatus, SubmissionStatus
@@ -577,7 +578,7 @@ def _render_results(record: views.SubmissionOut, logs: bool) -> None:
     if logs and record.detail != "full":
         console.print(f"detector output is not shown for the {record.split} split", highlight=False)
     for r in record.models:
-        seconds = "" if r.seconds is None else f"  {r.seconds} s"
+        seconds = "" if r.seconds is None else f"  {duration(r.seconds)}"
         console.print(
             f"{r.model}  {_value(r.answer)}  {r.flags or 'ok'}{seconds}", highlight=False, markup=False
         )

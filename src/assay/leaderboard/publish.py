@@ -269,15 +269,56 @@ def to_json(rows: list[Standing]) -> str:
     return json.dumps([r.model_dump(mode="json") for r in rows], indent=2) + "\n"
 
 
+ROC_TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)  # on both axes of a drawn ROC curve
+ROC_MARGINS = (46, 12, 10, 40)  # left, right, top, bottom around the plot: room for tick labels and titles
+
+
 def _svg_roc(points: tuple[list[float], list[float]] | None, size: int = 160) -> str:
+    """The curve on a ``size``-pixel square with ticks and labels on both axes, as static SVG: presentation
+    attributes only (no style element or attribute, no script), so it sits under the pages' CSP."""
     if points is None:
         return "<em>no ROC (one class)</em>"
+    left, right, top, bottom = ROC_MARGINS
+    width, height = left + size + right, top + size + bottom
+
+    def x(rate: float) -> float:
+        return left + rate * size
+
+    def y(rate: float) -> float:
+        return top + (1 - rate) * size
+
     fpr, tpr = points
-    path = " ".join(f"{x * size:.1f},{(1 - y) * size:.1f}" for x, y in zip(fpr, tpr, strict=True))
+    path = " ".join(f"{x(f):.1f},{y(t):.1f}" for f, t in zip(fpr, tpr, strict=True))
+    base = top + size
+    grid = "".join(
+        f'<line x1="{x(t):.1f}" y1="{top}" x2="{x(t):.1f}" y2="{base}"/>'
+        f'<line x1="{left}" y1="{y(t):.1f}" x2="{left + size}" y2="{y(t):.1f}"/>'
+        for t in ROC_TICKS[1:-1]
+    )
+    marks = "".join(
+        f'<line x1="{x(t):.1f}" y1="{base}" x2="{x(t):.1f}" y2="{base + 4}"/>'
+        f'<line x1="{left - 4}" y1="{y(t):.1f}" x2="{left}" y2="{y(t):.1f}"/>'
+        for t in ROC_TICKS
+    )
+    labels = "".join(
+        f'<text x="{x(t):.1f}" y="{base + 15}" text-anchor="middle">{t:g}</text>'
+        f'<text x="{left - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{t:g}</text>'
+        for t in ROC_TICKS
+    )
+    titles = (
+        f'<text x="{left + size / 2:.1f}" y="{height - 6}" text-anchor="middle">false positive rate</text>'
+        f'<text x="{-(top + size / 2):.1f}" y="12" transform="rotate(-90)" text-anchor="middle">'
+        "true positive rate</text>"
+    )
     return (
-        f'<svg width="{size}" height="{size}" viewBox="0 0 {size} {size}" role="img" aria-label="ROC curve">'
-        f'<rect width="{size}" height="{size}" fill="#fff" stroke="#999"/>'
-        f'<line x1="0" y1="{size}" x2="{size}" y2="0" stroke="#ccc" stroke-dasharray="4"/>'
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="ROC curve: true positive rate against false positive rate">'
+        f'<rect x="{left}" y="{top}" width="{size}" height="{size}" fill="#fff"/>'
+        f'<g stroke="#e4e4e4">{grid}</g>'
+        f'<rect x="{left}" y="{top}" width="{size}" height="{size}" fill="none" stroke="#999"/>'
+        f'<g stroke="#999">{marks}</g>'
+        f'<g fill="#333" font-family="sans-serif" font-size="11">{labels}{titles}</g>'
+        f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(1)}" stroke="#bbb" stroke-dasharray="4"/>'
         f'<polyline points="{path}" fill="none" stroke="#1f5fa8" stroke-width="2"/></svg>'
     )
 
@@ -288,6 +329,8 @@ def roc_svg(session: Session, submission_id: int, size: int = 160) -> str:
 
 
 def _table(title: str, rows: list[Standing], rocs: dict[int, str]) -> str:
+    if not rows:  # said in words, not as an empty table
+        return f"<h2>{html.escape(title)}</h2><p><em>No results yet.</em></p>"
     columns = _columns(rows)
     shown = ("test score (shown)",) if any(r.summary for r in rows) else columns
     plots = ("ROC",) if rocs else ()  # no column for a plot that is not drawn
@@ -302,8 +345,7 @@ def _table(title: str, rows: list[Standing], rocs: dict[int, str]) -> str:
         if rocs:
             cells.append(rocs.get(r.submission_id, ""))
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    empty = '<tr><td colspan="10"><em>no results yet</em></td></tr>'
-    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(body) or empty}</table>"
+    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(body)}</table>"
 
 
 def to_html(session: Session, round_name: str, public: bool = True) -> str:

@@ -34,12 +34,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.leaderboard import publish, rounds, submissions
+from assay.leaderboard import publish, rounds, scoring, submissions
 from assay.leaderboard.disclosure import is_sealed, labels_secret, public_metrics, sealed_note
 from assay.leaderboard.publish import Progress, Standing
 from assay.leaderboard.scoring import read_truth
 from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status
-from assay.store.enums import Role, RoundStatus
+from assay.store.enums import FINISHED_JOBS, Role, RoundStatus
 from assay.store.models import SPLIT_NAMES, Job, MetricResult, Round, Submission, Team, as_utc, utcnow
 from assay.store.paging import Window, page_of
 
@@ -396,9 +396,30 @@ def _groups(rows: list[MetricRow], detail: Detail) -> dict[str, dict[str, dict[s
     return groups
 
 
-def _flag_counts(submission: Submission, detail: Detail) -> dict[str, int]:
-    """How many of the job's models carry each NIST flag ("" = none): the test split's only per-model fact."""
+CLEAN_GROUP = "clean (no trigger)"  # a blank factor over clean models only (the zoo's trigger facts)
+BLANK_GROUP = "none (blank in METADATA)"  # a blank factor over some trojaned models too (source_class)
+
+
+def group_name(column: str, value: str, metrics: dict[str, float | None]) -> str:
+    """A METADATA group's name as a page shows it. The zoo leaves a factor empty where it does not apply
+    (every trigger fact of a clean model), so a blank value is named from its models: "clean (no trigger)"
+    when none of them is trojaned (``positives`` 0), else "none"; in a cross product (``[a=x][b=]``) each
+    blank part alike. Other values are shown as they are."""
+    clean = metrics.get("positives") == 0
+    if scoring.CROSS in column:
+        return value.replace("=]", "=clean]" if clean else "=none]")
+    if value.strip():
+        return value
+    return CLEAN_GROUP if clean else BLANK_GROUP
+
+
+def _flag_counts(submission: Submission, detail: Detail, hidden: bool) -> dict[str, int]:
+    """How many of the job's models carry each NIST flag ("" = none): the test split's only per-model fact.
+    While the job's progress is ``hidden`` (``_hides_progress``), none until it has finished: counts that
+    grow as results arrive would be the count of models done that the job page keeps back."""
     if submission.job is None or detail == "aggregate":
+        return {}
+    if hidden and submission.job.status not in FINISHED_JOBS:
         return {}
     counts: dict[str, int] = {}
     for result in submission.job.results:
@@ -421,6 +442,7 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
     scores = _metric_rows(session, job)
     overall = {name: score for name, column, _, score in scores if not column}
     sealed = not is_organiser(viewer) and is_sealed(submission.split.round, submission.split.name)
+    hidden = _hides_progress(viewer, submission)
     return SubmissionOut(
         id=submission.id,
         team=submission.team.name,
@@ -432,11 +454,11 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
         sha256=submission.artifact_sha256,
         validation_errors=submission.validation_errors.splitlines(),
         duplicate_of=_duplicate_of(session, viewer, submission),
-        job=job_progress(session, job, hide=_hides_progress(viewer, submission)) if job is not None else None,
+        job=job_progress(session, job, hide=hidden) if job is not None else None,
         detail=detail,
         sealed=sealed,
         metrics=overall if is_organiser(viewer) else public_metrics(overall, sealed),
-        flag_counts=_flag_counts(submission, detail),
+        flag_counts=_flag_counts(submission, detail, hidden),
         groups=_groups(scores, detail),
         models=_model_rows(submission, detail),
         log=job.log if job is not None else "",

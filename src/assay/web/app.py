@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from assay import __version__, pyfloor
 from assay.config import settings
+from assay.durations import duration
 from assay.errors import UserError
 from assay.star.workflow import NotAllowed, NotYours
 from assay.store.engine import open_store
@@ -123,10 +124,12 @@ def _favicon() -> Response:
 
 
 def make_templates() -> Jinja2Templates:
-    """Jinja2 with autoescaping on for every template (not only ``.html``), and ``page_context`` added."""
+    """Jinja2 with autoescaping on for every template (not only ``.html``), ``page_context`` added, and the
+    ``duration`` filter (``assay.durations``)."""
     env = Environment(
         loader=FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True, lstrip_blocks=True
     )
+    env.filters["duration"] = duration  # every length of time a page prints: "2.3 s", "4 min 10 s"
     return Jinja2Templates(env=env, context_processors=[page_context])
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from assay.config import settings
+from assay.durations import duration
 from assay.errors import UserError
 from assay.leaderboard import rounds, submissions, views
 from assay.leaderboard.status import JobProgress, QueueStatus
@@ -281,6 +282,7 @@ def submission_page(
         sub=record,
         roc=views.roc_svg(session, record),
         labels=METRIC_LABELS,
+        group_name=views.group_name,
         organiser=views.is_organiser(viewer),
     )
 
@@ -295,7 +297,7 @@ def submission_logs(session: DbSession, viewer: SignedIn, submission_id: ObjectI
         lines.append(f"detector output is not shared for the {logs.split} split")
     for row in logs.models:
         lines += [
-            f"--- {row.model}: exit code {row.exit_code}, {row.seconds} s {row.flags}",
+            f"--- {row.model}: exit code {row.exit_code}, {duration(row.seconds)} {row.flags}",
             row.stderr or "",
         ]
     return PlainTextResponse("\n".join(lines) + "\n")
