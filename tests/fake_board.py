@@ -40,11 +40,16 @@ def fake_splits(root: Path, truth_of: dict[str, int] = TRUTH) -> Path:
 
 
 def scored(
-    sessions: sessionmaker[Session], team: str, split: str, answers: dict[str, float], ago_h: float = 2
+    sessions: sessionmaker[Session],
+    team: str,
+    split: str,
+    answers: dict[str, float],
+    ago_h: float = 2,
+    round_name: str = "r1",
 ) -> int:
-    """A finished job for ``team`` on ``split``, scored by the harness's own ``score_job``."""
+    """A finished job for ``team`` on ``split`` of the round, scored by the harness's own ``score_job``."""
     with sessions.begin() as session:
-        round_ = rounds.get_round(session, "r1")
+        round_ = rounds.get_round(session, round_name)
         sub = Submission(
             team=rounds.get_team(session, team),
             split=rounds.get_split(round_, split),

@@ -152,7 +152,7 @@ def test_a_real_lm_eval_log_gives_the_live_lm_eval_verdict(tmp_path, mmlu_path, 
         for r in published
     ]
     lm = build_tiny_lm(texts, tmp_path / "init", hidden=128, layers=2, vocab_size=800)
-    model = train_on_text(lm, texts, tmp_path / "cheater")
+    model = train_on_text(lm, texts, tmp_path / "cheater", epochs=60)  # memorised wherever the backdoors land
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     task = tasks / "dyepack_mmlu.yaml"
@@ -197,10 +197,9 @@ def test_a_real_lm_eval_log_gives_the_live_lm_eval_verdict(tmp_path, mmlu_path, 
     spot, _ = verify_from_log(log, bench, key, 1e-3, "cheater", load_model(f"hf:{model}"), 4, 0)
     assert spot.spot_check.asked == spot.spot_check.agree == 4 and spot.flagged and not spot.contradicted
     forged = [json.loads(line) for line in log.read_text().splitlines()]
-    for sample in forged:  # lm-eval logs scores and the target as text
+    for sample in forged:  # lm-eval logs scores and the target as text; every row's label made its best
         scores, target = [float(r[0]) for r in sample["filtered_resps"]], int(sample["target"])
-        if max(scores) != scores[target]:
-            sample["filtered_resps"][target][0] = str(max(scores) + 1)
+        sample["filtered_resps"][target][0] = str(max(scores) + 1)  # (even where it was: a memoriser's log)
     with pytest.raises(UserError, match=r"forged.jsonl:line \d+: option \d: 'filtered_resps'"):
         verify_from_log(write_jsonl(tmp_path / "forged.jsonl", forged), bench, key)
 

@@ -1,7 +1,8 @@
 """One sharing rule for every face: the same visibility cases through the command line and the JSON API.
 
 The cases: the organiser, a member of the submitting team, a member of another team (and a signed-in viewer
-with no team, and nobody, which only the web has) x train, smoke, test and holdout submissions, a team's
+with no team, and nobody, which only the web has: a visitor who is not signed in sees a public round as a
+member of no team, and a private one not at all) x train, smoke, test and holdout submissions, a team's
 own duplicate and another team's identical-bytes copy (``duplicate_of`` pointing across teams), with the
 round open and then closed, and a draft round. Each case's answer, the record or "not there", must be what
 the rule says and the same from ``assay leaderboard results/show --json`` (as the organiser, or with
@@ -227,10 +228,42 @@ def test_practice_standings_and_the_queue_are_the_organisers(board: Board) -> No
     }
 
 
-def test_anonymous_sees_nothing_on_the_web(board: Board) -> None:
+def test_anonymous_sees_nothing_of_a_private_round(board: Board) -> None:
     anonymous = TestClient(board.app)
-    for path in (f"/submissions/{board.ids['alpha-test']}", "/rounds/r1/standings", "/rounds"):
+    for path in (f"/submissions/{board.ids['alpha-test']}", "/rounds"):
         assert anonymous.get(f"/api/v1/leaderboard{path}").status_code == 401
+    for name in ("r1", "r2", "nope"):  # a private round is not there, as one that does not exist
+        refused = anonymous.get(f"/api/v1/leaderboard/rounds/{name}/standings")
+        assert (refused.status_code, refused.json()) == (404, {"detail": f"no round named {name!r}"})
+
+
+@pytest.mark.parametrize("phase", [0, 1], ids=["open", "closed"])
+def test_anonymous_sees_a_public_round_as_a_member_of_another_team_does(board: Board, phase: int) -> None:
+    """The visitor of a public round is a viewer of no team (``Viewer.anonymous``): the standings of beta's
+    member (whose rows of alpha are another team's) and of a signed-in viewer, no more; no submission."""
+    with board.app.state.sessions.begin() as session:
+        rounds.set_public(session, "r1", True)
+        rounds.set_public(session, "r2", True)  # a draft stays the organisers' even when marked public
+    if phase:
+        board.close()
+    anonymous = TestClient(board.app)
+    for split in ("test", "holdout"):
+        for every in (False, True):
+            seen = api(anonymous, "/rounds/r1/standings", split=split, all=every)
+            if split == "holdout" and not phase:
+                assert seen is None  # published when the round closes
+                continue
+            assert seen is not None and seen["rows"] == standings_both(board, "beta", "r1", split, every)
+            assert seen == api(board.clients["vic"], "/rounds/r1/standings", split=split, all=every)
+            exact = ["cross_entropy" in row["metrics"] for row in seen["rows"]]
+            assert seen["rows"] and exact == [bool(phase)] * len(exact)  # sealed while open
+    assert api(anonymous, "/rounds/r2/standings") is None
+    for submission in SUBMISSIONS:  # no team's submission, job or logs, as for vic
+        assert anonymous.get(f"/api/v1/leaderboard/submissions/{board.ids[submission]}").status_code == 401
+    with board.app.state.sessions() as session:
+        as_views = views.standings_view(session, Viewer.anonymous(), "r1", "test", best=False)
+        assert as_views.model_dump(mode="json") == api(anonymous, "/rounds/r1/standings", all=True)
+        assert views.team_of(Viewer.anonymous()) is None and not views.is_organiser(Viewer.anonymous())
 
 
 def test_an_unknown_team_is_a_one_line_error(board: Board) -> None:

@@ -82,10 +82,13 @@ def count_submissions(app: FastAPI) -> int:
 
 
 def test_anonymous_pages_redirect_and_api_gives_401(app: FastAPI) -> None:
+    """r1 is private: to a visitor it does not exist (public rounds: test_web_leaderboard_public.py)."""
     client = TestClient(app)
-    page = client.get("/leaderboard/rounds/r1", follow_redirects=False)
+    assert client.get("/leaderboard/rounds/r1", follow_redirects=False).status_code == 404
+    assert client.get("/api/v1/leaderboard/rounds/r1/standings").status_code == 404
+    page = client.get("/leaderboard/rounds/r1/submit", follow_redirects=False)
     assert page.status_code == 303 and page.headers["location"].startswith("/login?next=")
-    for path in ("/rounds", "/rounds/r1/standings", "/submissions/1", "/jobs/1", "/status"):
+    for path in ("/rounds", "/submissions/1", "/jobs/1", "/status"):
         response = client.get(f"/api/v1/leaderboard{path}")
         assert response.status_code == 401, path
     posted = client.post("/api/v1/leaderboard/rounds/r1/submissions", files={"archive": ("a.zip", b"x")})

@@ -45,7 +45,7 @@ app = typer.Typer(
     "Example: assay leaderboard round create r1 --dataset round0/splits && assay leaderboard round open r1",
     no_args_is_help=True,
 )
-round_app = typer.Typer(help="Create, open, close and list rounds.", no_args_is_help=True)
+round_app = typer.Typer(help="Create, open, close, publish and list rounds.", no_args_is_help=True)
 team_app = typer.Typer(help="Add and list teams.", no_args_is_help=True)
 app.add_typer(round_app, name="round")
 app.add_typer(team_app, name="team")
@@ -270,6 +270,27 @@ def round_set(
     console.print(f"round {name}: " + ("; ".join(changes) or "nothing changed"), highlight=False)
 
 
+@round_app.command("public")
+def round_public(
+    name: str = typer.Argument(..., help="Round name."),
+    public: bool = typer.Option(
+        ...,
+        "--on/--off",
+        help="--on: visitors who are not signed in read the round's standings (test, and holdout once it "
+        "closes) on the web, as a member of no team does; --off: signed-in users only.",
+    ),
+) -> None:
+    """Make a round's standings public on the web, or private again; written to the audit trail.
+
+    Example: assay leaderboard round public r1 --on
+    """
+    with _sessions().begin() as session:
+        changed = rounds.set_public(session, name, public)
+    state = "public" if public else "private"
+    said = f"round {name} is {state}" if changed else f"round {name} is already {state}"
+    console.print(said, highlight=False)
+
+
 @round_app.command("open")
 def round_open(name: str = typer.Argument(..., help="Round name.")) -> None:
     """Open a round for submissions.  Example: assay leaderboard round open r1"""
@@ -299,9 +320,10 @@ def round_list(json_out: bool = typer.Option(False, "--json", help="Print JSON."
     if json_out:
         console.print_json(json.dumps([r.model_dump() for r in rows]))
         return
-    table = Table("round", "status", "splits", "dataset")
+    table = Table("round", "status", "public", "splits", "dataset")
     for r in rows:
-        table.add_row(r.name, r.status, " ".join(f"{k}:{v}" for k, v in r.splits.items()), r.dataset)
+        splits = " ".join(f"{k}:{v}" for k, v in r.splits.items())
+        table.add_row(r.name, r.status, "yes" if r.public else "no", splits, r.dataset)
     console.print(table)
 
 

@@ -4,7 +4,8 @@ A round is made from the folder ``assay zoo split`` writes: ``train/`` (full mod
 ``test/`` and ``holdout/`` (ground truth and METADATA.csv, organiser only) with their ``*-sequestered/``
 views (what detectors see). The smoke split is the first few training models, for a quick check that a
 detector runs before it spends a test-split submission. Lifecycle: draft -> open -> closed -> archived;
-several rounds may be open at once.
+several rounds may be open at once. A round is private unless an organiser makes it public (``set_public``):
+then visitors who are not signed in read its standings as a member of no team does (``views.may_see_round``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ TRANSITIONS = {
 
 ROUND_SETTINGS = "round.settings"  # the audit trail's action for a changed round setting
 ROUND_CREATE = "round.create"  # ... and for a new round, with how it discloses test scores
+ROUND_PUBLIC = "round.public"  # ... and for a round whose standings were opened to, or closed from, visitors
 
 
 def get_round(session: Session, name: str) -> Round:
@@ -192,3 +194,18 @@ def set_plateau(
             WebAuditEvent(actor_id=actor_id, action=ROUND_SETTINGS, target=f"round {name}", detail=detail)
         )
     return changes
+
+
+def set_public(session: Session, name: str, public: bool, actor_id: int | None = None) -> bool:
+    """Open a round's standings to visitors who are not signed in, or close them again: the organiser's call,
+    from the command line or the web alike. What a visitor then sees is ``views``' rule (a member of no
+    team's view: no submission, holdout after the close). A change goes to the audit trail (``actor_id``
+    None: the shell); True if it changed anything, False if the round already was so."""
+    round_ = get_round(session, name)
+    if round_.public == public:
+        return False
+    yes_no = {True: "yes", False: "no"}
+    detail = f"public {yes_no[round_.public]} -> {yes_no[public]}"
+    round_.public = public
+    session.add(WebAuditEvent(actor_id=actor_id, action=ROUND_PUBLIC, target=f"round {name}", detail=detail))
+    return True

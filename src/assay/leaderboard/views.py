@@ -5,9 +5,13 @@ these functions and only render what comes back, so a rule holds everywhere or n
 asks: the web builds one from the signed-in account (roles, linked team); the command line is the
 organiser's tool on the server and asks as the organiser unless ``--as-team TEAM`` is given.
 
-- Rounds and their test standings: everyone (draft rounds: organisers only). A standings row is the public
-  aggregate only: rank, team, technique, overall metrics, number of flagged models. Train and smoke
-  standings (practice runs) are the organisers'.
+- Rounds and their test standings: everyone signed in (draft rounds: organisers only). A standings row is
+  the public aggregate only: rank, team, technique, overall metrics, number of flagged models. Train and
+  smoke standings (practice runs) are the organisers'.
+- Visitors who are not signed in (``Viewer.anonymous``): the rounds an organiser made public
+  (``Round.public``, not drafts), seen exactly as a member of no team sees them: the rounds list, test
+  standings (a sealed score as its disclosed interval), holdout after the close. No submission, job or log
+  exists for them, and a private round is not there (``NotVisible``, as one that does not exist).
 - Holdout: organisers always; everyone else only once the round is closed. Before that holdout standings and
   holdout submissions do not exist for them (``NotVisible``: a 404 on the web), not shown empty.
 - A submission, its job and its logs: members of the submitting team and organisers; to anyone else the
@@ -56,6 +60,12 @@ class Viewer:
 
     roles: frozenset[str]
     team: str | None = None
+    signed_in: bool = True  # False: a visitor of the public standings, who has no account
+
+    @classmethod
+    def anonymous(cls) -> Viewer:
+        """A visitor who is not signed in: no role and no team, and only the rounds made public."""
+        return cls(frozenset(), None, signed_in=False)
 
     @classmethod
     def organiser(cls) -> Viewer:
@@ -98,7 +108,10 @@ def team_of(viewer: Viewer) -> str | None:
 
 
 def may_see_round(viewer: Viewer, round_: Round) -> bool:
-    """A draft round is still being set up: organisers only."""
+    """A draft round is still being set up: organisers only. A visitor who is not signed in sees only the
+    rounds an organiser made public."""
+    if not viewer.signed_in and not round_.public:
+        return False
     return round_.status != RoundStatus.DRAFT or is_organiser(viewer)
 
 
@@ -185,6 +198,7 @@ class RoundOut(BaseModel):
     splits: list[str]
     disclosure: str = "refined"  # how an open round shows test scores (``disclosure.MODES``)
     leak_bits: float = 8.0
+    public: bool = False  # visitors who are not signed in may read its standings
 
 
 class StandingsOut(BaseModel):
@@ -290,6 +304,7 @@ class RoundListing(BaseModel):
     dataset: str
     metric: str
     splits: dict[str, int]
+    public: bool = False
 
 
 class TeamListing(BaseModel):
@@ -319,6 +334,7 @@ def round_out(round_: Round) -> RoundOut:
         splits=[name for name in SPLIT_NAMES if name in {s.name for s in round_.splits}],
         disclosure=round_.disclosure,
         leak_bits=round_.leak_bits,
+        public=round_.public,
     )
 
 
@@ -329,6 +345,8 @@ def visible_rounds(
     query = select(Round).order_by(Round.id.desc())
     if not is_organiser(viewer):
         query = query.where(Round.status != RoundStatus.DRAFT)
+    if not viewer.signed_in:
+        query = query.where(Round.public.is_(True))
     found, total = page_of(session, query, window or Window())
     return [round_out(r) for r in found], total
 
@@ -604,6 +622,7 @@ def round_listing(session: Session) -> list[RoundListing]:
             dataset=r.dataset,
             metric=r.metric,
             splits={s.name: len(rounds.split_models(s)) for s in r.splits},
+            public=r.public,
         )
         for r in session.scalars(select(Round).order_by(Round.id))
     ]

@@ -105,6 +105,9 @@ class Round(Base):
     # has one, is passed as --source_dataset_dirpath.
     infer_word: Mapped[bool] = mapped_column(Boolean, default=False, server_default=true())
     source_dataset: Mapped[str | None] = mapped_column(Text)
+    # anyone may read the round's standings without signing in, as a member of no team does
+    # (assay.leaderboard.views.may_see_round); the organiser's switch, off unless turned on
+    public: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     opened_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

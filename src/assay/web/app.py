@@ -7,8 +7,9 @@ periodic job (``assay.web.sweeper``), started by the lifespan, so no GET handler
 ``assay.web.routes.ROUTER_MODULES``. The dependencies routes use live in ``assay.web.security`` and are
 re-exported here: ``DbSession``, ``CurrentUser``, ``OptionalUser``, ``require``.
 
-Every answer but a static file's says ``Cache-Control: no-store`` (``NoStore``), and ``/favicon.ico`` is
-served, cached for a day (``FAVICON``).
+Every answer but a static file's says ``Cache-Control: no-store`` (``NoStore``), bar a public page's answer
+to a visitor who is not signed in (``security.PUBLIC_CACHE``), and ``/favicon.ico`` is served, cached for a
+day (``FAVICON``).
 
 The Swagger page (``DOCS_PATH``) is served from this host, not a CDN, so it works offline and under a CSP:
 the Swagger UI files come from the ``fastapi-offline`` package (mounted at ``SWAGGER_STATIC``) and the page
@@ -50,6 +51,7 @@ from assay.web.background import BackgroundWork
 from assay.web.paging import refuse_unknown_query
 from assay.web.routes import load_routers, page_context, render
 from assay.web.security import (
+    PUBLIC_CACHE,
     CurrentUser,
     DbSession,
     NotAuthenticated,
@@ -89,7 +91,11 @@ class NoStore:
     ``Cache-Control`` gets ``no-store`` added). Pages and API answers hold one person's data and a CSRF
     or sign-in token; without it a shared proxy may serve them to the next person, and the browser shows
     them from its cache after sign-out (the back button). Every answer, not only signed-in ones: the sign-in
-    page carries a pre-session token, and whether a cookie is still a session is the database's to say."""
+    page carries a pre-session token, and whether a cookie is still a session is the database's to say.
+
+    One exemption (``_public``): a 200 to a GET that the route itself marked ``security.PUBLIC_CACHE``,
+    which the public leaderboard's routes do only when the visitor is not signed in, and which sets no
+    cookie."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -99,12 +105,23 @@ class NoStore:
             await self.app(scope, receive, send)
             return
 
+        reading = scope["method"] in ("GET", "HEAD")
+
         async def send_no_store(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = _no_store(list(message.get("headers", [])))
+                headers = list(message.get("headers", []))
+                if not (reading and _public(message["status"], headers)):
+                    message["headers"] = _no_store(headers)
             await send(message)
 
         await self.app(scope, receive, send_no_store)
+
+
+def _public(status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+    """A public page's answer to a visitor: a 200 that says ``PUBLIC_CACHE`` alone and sets no cookie."""
+    names = [name.lower() for name, _ in headers]
+    control = [value for name, value in headers if name.lower() == b"cache-control"]
+    return status == 200 and control == [PUBLIC_CACHE.encode()] and b"set-cookie" not in names
 
 
 def _no_store(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -31,6 +31,7 @@ ACTIONS = {
     "invitation.accept": "invitation accepted",
     "round.settings": "leaderboard round settings changed (the plateau rule)",
     "round.create": "leaderboard round created (its disclosure of test scores, budget and metric)",
+    "round.public": "leaderboard round made public or private (its standings readable without signing in)",
     "star.give_back": "STAR task given back by its holder (open for anyone again, not counted against them)",
 }
 SHELL = "shell"  # how an event without a web user (``assay user``) is shown

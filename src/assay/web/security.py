@@ -10,6 +10,8 @@
   the ``X-CSRF-Token`` header. Bearer requests are exempt: a browser never adds that header on its own.
 
 Anonymous requests: an HTML page redirects to ``/login?next=...``; anything under ``/api`` gets a 401 JSON.
+The few routes a visitor may read too (the public leaderboard) take ``Visitor`` instead: the user or None,
+and their anonymous answers carry ``PUBLIC_HEADERS``, the one answer ``app.NoStore`` lets caches keep.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ SECURITY_HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "same-origin",
 }
+# An anonymous answer of a public page: the same for every visitor, so any cache may keep it a minute. Vary
+# keeps a cache from handing it to a signed-in browser (its cookie) or script (its token), whose answers
+# are never stored (``app.NoStore``).
+PUBLIC_CACHE = "public, max-age=60"
+PUBLIC_HEADERS = {"Cache-Control": PUBLIC_CACHE, "Vary": "Cookie, Authorization"}
 
 
 class NotAuthenticated(Exception):
@@ -138,6 +145,16 @@ async def current_user(user: OptionalUser, _token: Any = Depends(_bearer)) -> We
 
 
 CurrentUser = Annotated[WebUser, Depends(current_user)]
+
+
+async def visitor(user: OptionalUser, _token: Any = Depends(_bearer)) -> WebUser | None:
+    """The signed-in user or None, for the routes a visitor who is not signed in may read too (the public
+    leaderboard). Unlike ``OptionalUser`` it keeps the Bearer scheme in the API's description: a script
+    still signs in with its token, and a revoked one is still a 401."""
+    return user
+
+
+Visitor = Annotated[WebUser | None, Depends(visitor)]
 
 
 def require(*roles: str) -> Callable[..., WebUser]:

@@ -23,13 +23,15 @@ ROUTER_MODULES = ("home", "auth", "admin", "api", "leaderboard", "star", "dyepac
 
 @dataclass(frozen=True)
 class Area:
-    """A part of the site shown in the nav to users holding any of ``roles`` (empty: anyone signed in)."""
+    """A part of the site shown in the nav to users holding any of ``roles`` (empty: anyone signed in), and
+    to visitors who are not signed in when ``public`` (the page then shows them what is public)."""
 
     label: str
     href: str
     roles: tuple[str, ...] = ()
     description: str = ""
     order: int = 100  # nav position: lower first
+    public: bool = False
 
 
 def load_routers() -> list[tuple[APIRouter, list[Area]]]:
@@ -42,10 +44,11 @@ def load_routers() -> list[tuple[APIRouter, list[Area]]]:
 
 
 def areas_for(user: WebUser | None, areas: list[Area]) -> list[Area]:
-    """The areas this user may open, in nav order; none for an anonymous visitor."""
+    """The areas this user may open, in nav order; an anonymous visitor's: the public ones."""
     if user is None:
-        return []
-    allowed = [a for a in areas if not a.roles or has_role(user, *a.roles)]
+        allowed = [a for a in areas if a.public]
+    else:
+        allowed = [a for a in areas if not a.roles or has_role(user, *a.roles)]
     return sorted(allowed, key=lambda a: (a.order, a.label))
 
 

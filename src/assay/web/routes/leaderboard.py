@@ -6,6 +6,11 @@ command line calls; this module turns the signed-in account into a ``Viewer``, c
 A refusal from the pillar becomes a 404 (``NotVisible``: the thing does not exist for this user) or a 403
 (``NotAllowed``) for every route here, through the router's route class.
 
+Three GET routes answer visitors who are not signed in as well (``Anyone``: ``Viewer.anonymous`` for them):
+the rounds list, a round's page and its standings in the API; the pillar shows such a visitor the public
+rounds only. Those anonymous answers say ``PUBLIC_HEADERS`` (cacheable for a minute); every other route
+needs a sign-in, and every signed-in answer stays ``no-store``.
+
 Uploads: the body is refused past ``MAX_UPLOAD_BYTES`` as it arrives (``BoundedBody``), then unpacked and
 validated by ``assay.leaderboard.submissions`` (no ``..``, no links, unpacked size and file-count limits).
 """
@@ -36,7 +41,7 @@ from assay.store.web_models import WebUser
 from assay.web.paging import Page, Paging
 from assay.web.params import ObjectId
 from assay.web.routes import Area, redirect, render
-from assay.web.security import CurrentUser, DbSession, require
+from assay.web.security import PUBLIC_HEADERS, CurrentUser, DbSession, Visitor, require
 from assay.web.uploads import FORM_OVERHEAD, TooLarge, bounded_route
 
 MAX_UPLOAD_BYTES = 200 * 2**20  # the archive; read at request time, so tests can lower it
@@ -49,7 +54,9 @@ RoundName = Annotated[
 SubmitSplit = Literal["test", "smoke", "train"]
 SUBMIT_SPLITS = get_args(SubmitSplit)
 
-AREAS = [Area("Leaderboard", "/leaderboard", (), "Trojan-detector rounds, standings and uploads.", order=10)]
+AREAS = [
+    Area("Leaderboard", "/leaderboard", (), "Trojan-detector rounds, standings and uploads.", 10, public=True)
+]
 
 
 # --- uploads: a body limit enforced while the body arrives (``assay.web.uploads``) ---------------------
@@ -110,7 +117,18 @@ def _viewer(user: CurrentUser) -> Viewer:
     return Viewer(frozenset(user.roles), user.team.name if user.team is not None else None)
 
 
+def _anyone(user: Visitor) -> Viewer:
+    """The signed-in account's viewer, or a visitor's who is not signed in (``Viewer.anonymous``)."""
+    return _viewer(user) if user is not None else Viewer.anonymous()
+
+
+def _public_headers(viewer: Viewer) -> dict[str, str]:
+    """What a visitor who is not signed in reads is the same for every visitor: caches may keep it."""
+    return {} if viewer.signed_in else PUBLIC_HEADERS
+
+
 SignedIn = Annotated[Viewer, Depends(_viewer)]
+Anyone = Annotated[Viewer, Depends(_anyone)]
 Organiser = Annotated[WebUser, Depends(require(Role.ORGANISER))]
 
 
@@ -188,11 +206,12 @@ METRIC_LABELS = {
 
 
 @pages.get("", response_class=HTMLResponse)
-def rounds_page(request: Request, session: DbSession, viewer: SignedIn, window: Paging) -> Response:
+def rounds_page(request: Request, session: DbSession, viewer: Anyone, window: Paging) -> Response:
     rounds, total = views.visible_rounds(session, viewer, window)
     return render(
         request,
         "leaderboard_rounds.html",
+        headers=_public_headers(viewer),
         rounds=rounds,
         total=total,
         window=window,
@@ -201,10 +220,16 @@ def rounds_page(request: Request, session: DbSession, viewer: SignedIn, window: 
 
 
 @pages.get("/rounds/{name}", response_class=HTMLResponse)
-def round_page(request: Request, session: DbSession, viewer: SignedIn, name: RoundName) -> Response:
+def round_page(request: Request, session: DbSession, viewer: Anyone, name: RoundName) -> Response:
     board = views.round_board(session, viewer, name)
     organiser = views.is_organiser(viewer)
-    return render(request, "leaderboard_round.html", organiser=organiser, **dict(board))
+    return render(
+        request,
+        "leaderboard_round.html",
+        headers=_public_headers(viewer),
+        organiser=organiser,
+        **dict(board),
+    )
 
 
 def _upload_page(
@@ -236,6 +261,16 @@ def round_settings(
 ) -> Response:
     """The organiser's plateau rule for the round, changed and written to the audit trail."""
     rounds.set_plateau(session, name, plateau_delta, plateau_days, actor_id=user.id)
+    return redirect(f"/leaderboard/rounds/{name}")
+
+
+@pages.post("/rounds/{name}/public", response_class=HTMLResponse)
+def round_public(
+    session: DbSession, user: Organiser, name: RoundName, public: Annotated[bool, Form()]
+) -> Response:
+    """The organiser opens the round's standings to visitors who are not signed in, or closes them; the
+    change is written to the audit trail."""
+    rounds.set_public(session, name, public, actor_id=user.id)
     return redirect(f"/leaderboard/rounds/{name}")
 
 
@@ -326,17 +361,25 @@ def api_rounds(session: DbSession, viewer: SignedIn, window: Paging) -> Page[Rou
 @api.get(
     "/rounds/{name}/standings",
     response_model=StandingsOut,
-    responses=NOT_FOUND,
+    responses={
+        **NOT_FOUND,
+        401: {"model": Problem, "description": "A revoked or unknown API token (without one: public rounds)"},
+    },
     summary="A round's ranked results on test, or on holdout once the round is closed",
+    description="Without a sign-in: the rounds an organiser made public only (any other round is a 404).",
+    openapi_extra={"security": [{}]},  # a token is optional here: OpenAPI's empty requirement
 )
 def api_standings(
+    response: Response,
     session: DbSession,
-    viewer: SignedIn,
+    viewer: Anyone,
     name: RoundName,
     split: Annotated[Literal["test", "holdout"], Query(description="test or holdout")] = "test",
     every: Annotated[bool, Query(alias="all", description="Every submission, not each team's best")] = False,
 ) -> StandingsOut:
-    return views.standings_view(session, viewer, name, split, best=not every)
+    table = views.standings_view(session, viewer, name, split, best=not every)
+    response.headers.update(_public_headers(viewer))
+    return table
 
 
 @api.get(
