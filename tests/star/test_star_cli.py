@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from tests.conftest import SHARED_DATA
 
-from assay.cli import main
+from star_cli import run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "star-campaign.yaml"
 POOL = """id,name,roles,expertise,race,gender,daily_cap,opted_out
@@ -25,16 +24,6 @@ SCRIPTED = """
 def respond(prompts):
     return ["Rating: 1\\nReason: it insulted the group" if "Scale:" in p else "A reply." for p in prompts]
 """
-
-
-def run(
-    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["assay", "star", *args])
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
 
 
 @pytest.fixture

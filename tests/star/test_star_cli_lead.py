@@ -24,6 +24,7 @@ from assay.cli import main
 from assay.star.assign import get_campaign
 from assay.store import open_store
 from assay.store.star_models import StarAnnotation, StarDialogue, StarInstruction, StarParticipant, StarTask
+from star_cli import run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "star-campaign.yaml"
 POOL = """id,name,roles,expertise,race,gender,daily_cap,opted_out
@@ -64,22 +65,6 @@ ANNOTATING = "You are annotator llm-persona-"  # only the annotation phase's pro
 RED_TEAMING = "Name the topic"  # only the red-team phase's first prompts say this (in-process test)
 
 
-def run(
-    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["assay", "star", *args])
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
-
-
-@pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ASSAY_DB_URL", f"sqlite:///{tmp_path / 'star.db'}")
-    return tmp_path
-
-
 def one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -94,6 +79,12 @@ def _spec_with_bad_byte(folder: Path) -> tuple[Path, int]:
     path = folder / "spec.yaml"
     path.write_bytes(text + b"# caf\xe9\n")
     return path, text.count(b"\n") + 1
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ASSAY_DB_URL", f"sqlite:///{tmp_path / 'star.db'}")
+    return tmp_path
 
 
 def test_non_utf8_spec_pool_and_hh_rlhf_are_one_line(db: Path, monkeypatch, capsys) -> None:

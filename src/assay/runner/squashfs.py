@@ -81,6 +81,13 @@ def _program() -> str:
     return _PROGRAM
 
 
+def _unsquashfs(argv: list[str], timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """One ``unsquashfs`` run to its end: no input, its output kept, the cleaned environment."""
+    return subprocess.run(
+        argv, capture_output=True, timeout=timeout, env=_env(), stdin=subprocess.DEVNULL, check=False
+    )
+
+
 def _env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "LC_ALL": "C"}
 
@@ -198,14 +205,7 @@ def read_files(source: Path, offset: int, listed: Survey, paths: Iterable[str]) 
             files[path] = None
             continue
         argv = [_program(), "-no-wildcards", "-cat", "-o", str(offset), str(source), path]
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            timeout=LIST_TIMEOUT_S,
-            env=_env(),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        done = _unsquashfs(argv, LIST_TIMEOUT_S)
         files[path] = done.stdout if done.returncode == 0 and len(done.stdout) == entry.size else None
     return files
 
@@ -265,14 +265,7 @@ def unpack(source: Path, offset: int, dest: Path, max_bytes: int | None, label: 
         )
     argv = [_program(), "-n", "-no-xattrs", "-d", str(dest), "-o", str(offset), str(source)]
     try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            timeout=UNPACK_TIMEOUT_S,
-            env=_env(),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        done = _unsquashfs(argv, UNPACK_TIMEOUT_S)
         if done.returncode != 0:
             raise UserError(
                 f"{label}: the image's file system cannot be unpacked ({_last_line(done.stderr)})"
