@@ -161,6 +161,7 @@ class Partition:
     counts: np.ndarray  # label vectors in each bin (their believed probability, when ``believed``)
     total: float  # 2^n (1, when ``believed``)
     believed: bool = False  # bins of the answers' own probability rather than of counts
+    occupied: np.ndarray | None = None  # lattice offsets some label vector reaches
 
     def offsets(self, labels: np.ndarray) -> np.ndarray:
         """Lattice offsets of label vectors (rows of ``labels``, or one vector)."""
@@ -293,6 +294,7 @@ def partition(
         counts=per_bin,
         total=float(weights.sum()),
         believed=believed_by_answers,
+        occupied=occupied,
     )
 
 
@@ -345,8 +347,8 @@ def refined(predictions: np.ndarray, labels: np.ndarray, metric: str, bits: floa
 
 def _showings(table: Partition, edges: np.ndarray) -> int:
     """Distinct (cell, bin) pairs over every occupied lattice point: what these answers can show at all."""
-    counts = subset_sum_counts(table.steps)
-    offsets = np.flatnonzero(counts)
+    offsets = table.occupied
+    assert offsets is not None  # ``partition`` records them
     scores = (table.base + offsets) * table.unit / table.n
     cells = np.clip(np.searchsorted(edges, scores, side="right") - 1, 0, len(edges) - 2)
     bins = np.searchsorted(table.ends, offsets, side="left")
