@@ -194,17 +194,24 @@ def _add_file(archive: tarfile.TarFile, path: Path, seen: set[str]) -> None:
     archive.add(str(path), arcname=str(path).lstrip("/"), recursive=False)
 
 
-def rootfs(target: Path) -> Path:
-    """The image's root file system as a tar: interpreter, libraries, modules, detector, metaparameters."""
+SHELL = Path("/bin/sh")
+
+
+def rootfs(target: Path, detector: bool = True, shell: bool = False) -> Path:
+    """The image's root file system as a tar: interpreter, libraries, modules and (``detector``) the
+    detector and its metaparameters; ``shell`` adds ``/bin/sh`` and what it links."""
     python = interpreter()
     modules = _module_files(python)
     # the modules' compiled forms: the root is read-only, so nothing could cache them at run time
     cached = [p for m in modules for p in m.parent.glob(f"__pycache__/{m.stem}.*.pyc")]
     extensions = [m for m in modules if m.suffix == ".so"]
+    shells = [SHELL.resolve()] if shell else []
     seen: set[str] = set()
     with tarfile.open(target, "w") as archive:
-        for path in sorted({python, *modules, *cached, *_libraries([python, *extensions])}):
+        for path in sorted({python, *modules, *cached, *shells, *_libraries([python, *extensions, *shells])}):
             _add_file(archive, path, seen)
+        if shell and SHELL.resolve() != SHELL:
+            _add_file(archive, SHELL, seen)
         stdlib = modules[0].parent if modules else python.parent
         lib_dynload = next((p.parent for p in extensions), stdlib / "lib-dynload")
         _add_file(archive, lib_dynload, seen)  # its presence keeps Python from warning at start-up
@@ -213,10 +220,12 @@ def rootfs(target: Path) -> Path:
             info.type, info.linkname, info.mtime = tarfile.SYMTYPE, str(python), 0
             _add_file(archive, Path("/usr/bin"), seen)
             archive.addfile(info)
-        for folder in ("opt", "opt/lib", "learned_parameters"):
+        for folder in ("opt", "opt/lib", "learned_parameters") if detector else ("opt",):
             info = tarfile.TarInfo(folder)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
             archive.addfile(info)
+        if not detector:
+            return target
         _add_bytes(archive, "opt/lib/weightstat.py", WEIGHTSTAT.encode())
         _add_bytes(archive, "entrypoint.py", ENTRYPOINT.encode())
         _add_bytes(archive, "metaparameters.json", json.dumps(METAPARAMETERS).encode())
@@ -264,6 +273,20 @@ def build_image(folder: Path) -> BuiltImage:
         path.unlink(missing_ok=True)  # podman save will not overwrite
         _podman("save", "--quiet", "--format", fmt, "--output", str(path), tag)
     return BuiltImage(docker, oci, "podman:" + tag, image_id, time.monotonic() - start)
+
+
+@functools.cache
+def shell_base(folder: Path) -> str:
+    """A base image for definition-file builds (``assay leaderboard image build``): this host's Python and
+    ``/bin/sh``, no detector and no ``PYTHONPATH``; its tag ``localhost/assay-test-shell:HASH`` in the
+    host's storage (built once per test run)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    layer = rootfs(folder / "shell-rootfs.tar", detector=False, shell=True)
+    tag = "localhost/assay-test-shell:" + hashlib.sha256(layer.read_bytes()).hexdigest()[:12]
+    if subprocess.run(["podman", "image", "exists", tag], check=False).returncode != 0:
+        _podman("import", "--quiet", "--change=ENV PATH=/usr/local/bin:/usr/bin:/bin", str(layer), tag)
+    _forget_older(tag)
+    return tag
 
 
 def expected_value(model_dir: Path) -> float:

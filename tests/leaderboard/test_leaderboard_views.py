@@ -230,8 +230,8 @@ def test_practice_standings_and_the_queue_are_the_organisers(board: Board) -> No
 
 def test_anonymous_sees_nothing_of_a_private_round(board: Board) -> None:
     anonymous = TestClient(board.app)
-    for path in (f"/submissions/{board.ids['alpha-test']}", "/rounds"):
-        assert anonymous.get(f"/api/v1/leaderboard{path}").status_code == 401
+    assert anonymous.get(f"/api/v1/leaderboard/submissions/{board.ids['alpha-test']}").status_code == 401
+    assert api(anonymous, "/rounds") == {"items": [], "total": 0, "limit": 100, "offset": 0}
     for name in ("r1", "r2", "nope"):  # a private round is not there, as one that does not exist
         refused = anonymous.get(f"/api/v1/leaderboard/rounds/{name}/standings")
         assert (refused.status_code, refused.json()) == (404, {"detail": f"no round named {name!r}"})
@@ -258,6 +258,9 @@ def test_anonymous_sees_a_public_round_as_a_member_of_another_team_does(board: B
             exact = ["cross_entropy" in row["metrics"] for row in seen["rows"]]
             assert seen["rows"] and exact == [bool(phase)] * len(exact)  # sealed while open
     assert api(anonymous, "/rounds/r2/standings") is None
+    listed = api(anonymous, "/rounds")  # the public open round, not the draft marked public
+    assert [r["name"] for r in listed["items"]] == ["r1"] and listed["total"] == 1
+    assert listed["items"] == [r for r in api(board.clients["vic"], "/rounds")["items"] if r["name"] == "r1"]
     for submission in SUBMISSIONS:  # no team's submission, job or logs, as for vic
         assert anonymous.get(f"/api/v1/leaderboard/submissions/{board.ids[submission]}").status_code == 401
     with board.app.state.sessions() as session:

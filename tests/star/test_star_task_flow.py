@@ -1,7 +1,8 @@
 """The task flow of issue 39 in the pillar (``assay.star.workflow``), without a web server, on a frozen clock:
 giving a task back (the permission check, the task open for anyone at once, not counted against the person,
-the audit trail), skipping to another task (never the same dialogue again at once), and the progress line
-(done today, the daily cap, what is left in the campaign)."""
+the audit trail), skipping to another task (never the same dialogue again at once), a person's claims passing
+over what they gave back while other work exists, and the progress line (done today, the daily cap, what is
+left in the campaign)."""
 
 from __future__ import annotations
 
@@ -160,3 +161,60 @@ def test_the_progress_line_counts_done_today_claims_and_what_is_left(sessions: s
     with sessions() as session:
         sections = workflow.queue(session, RITA, NOW)
         assert sections[0].progress == workflow.Progress(1, 1, 2, {"red_team": 1})
+
+
+def _finish(sessions: sessionmaker[Session], who: workflow.Worker, task_id: int) -> None:
+    """The red teamer's whole task: topic, one exchange, the pre-annotation."""
+    with sessions.begin() as session:
+        workflow.commit_topic(session, who, task_id, "manners", NOW)
+        ask = workflow.add_message(session, who, task_id, "hello", NOW)
+    assert workflow.save_reply(sessions, ask.draft_id, ask.index, "hi", "m")
+    with sessions.begin() as session:
+        workflow.finish(session, who, task_id, {"assigned_rule_broken": False}, NOW)
+
+
+def test_a_task_given_back_is_not_handed_straight_back_while_other_work_exists(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Label Studio and Potato pass over what a person skipped: rita gives task 1 back and her next claim is
+    task 2 (before: task 1 again, the oldest); rob, who gave nothing back, gets task 1 at once; once only
+    what rita gave back is left, she is offered it after all."""
+    assert workflow.claim(sessions, RITA, 1, "red_team", NOW).task_id == 1
+    with sessions.begin() as session:
+        workflow.give_back(session, RITA, 1, NOW)
+    assert workflow.claim(sessions, RITA, 1, "red_team", NOW) == workflow.Claim(2, True)
+    assert workflow.claim(sessions, ROB, 2, "red_team", NOW) == workflow.Claim(1, True)
+    skipped = workflow.skip(sessions, RITA, 2, NOW)
+    assert skipped.next_task_id == 3
+    with sessions.begin() as session:
+        workflow.give_back(session, RITA, 3, NOW)
+    assert workflow.claim(sessions, RITA, 1, "red_team", NOW) == workflow.Claim(2, True)  # all she has left
+    with sessions() as session:
+        person = session.get_one(StarParticipant, 1)
+        assert workflow.given_back(session, person) == {1, 2, 3}
+        assert workflow.given_back(session, session.get_one(StarParticipant, 2)) == set()
+
+
+def test_an_annotator_who_gives_back_a_rating_gets_another_dialogue_next(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Two dialogues, two annotation tasks each: anna gives back one of the first dialogue's, and her next
+    claims are the second dialogue's (neither the task she gave back nor its sibling); then the first's."""
+    for who, pid in ((RITA, 1), (ROB, 2)):
+        task = workflow.claim(sessions, who, pid, "red_team", NOW).task_id
+        assert task is not None
+        _finish(sessions, who, task)
+    with sessions() as session:
+        by_dialogue: dict[int, list[int]] = {}
+        for task in session.scalars(
+            select(StarTask).where(StarTask.kind == "annotate").order_by(StarTask.id)
+        ):
+            by_dialogue.setdefault(task.dialogue_id, []).append(task.id)  # type: ignore[arg-type]
+    first, second = by_dialogue.values()
+    assert workflow.claim(sessions, ANNA, 3, "annotate", NOW).task_id == first[0]
+    with sessions.begin() as session:
+        workflow.give_back(session, ANNA, first[0], NOW)
+    assert workflow.claim(sessions, ANNA, 3, "annotate", NOW).task_id == second[0]
+    with sessions.begin() as session:
+        workflow.submit_rating(session, ANNA, second[0], 1, "fine", NOW)
+    assert workflow.claim(sessions, ANNA, 3, "annotate", NOW).task_id == first[0]  # nothing else left

@@ -88,7 +88,9 @@ def test_anonymous_pages_redirect_and_api_gives_401(app: FastAPI) -> None:
     assert client.get("/api/v1/leaderboard/rounds/r1/standings").status_code == 404
     page = client.get("/leaderboard/rounds/r1/submit", follow_redirects=False)
     assert page.status_code == 303 and page.headers["location"].startswith("/login?next=")
-    for path in ("/rounds", "/submissions/1", "/jobs/1", "/status"):
+    listing = client.get("/api/v1/leaderboard/rounds")  # public rounds only: none
+    assert (listing.status_code, listing.json()["items"], listing.json()["total"]) == (200, [], 0)
+    for path in ("/submissions/1", "/jobs/1", "/status"):
         response = client.get(f"/api/v1/leaderboard{path}")
         assert response.status_code == 401, path
     posted = client.post("/api/v1/leaderboard/rounds/r1/submissions", files={"archive": ("a.zip", b"x")})

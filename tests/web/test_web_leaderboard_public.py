@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from assay.errors import UserError
 from assay.leaderboard import rounds
+from assay.store import Submission
 from assay.store.web_models import WebAuditEvent
 from assay.web import accounts
 from assay.web.app import create_app
@@ -31,15 +32,21 @@ from web_client import PASSWORD, csrf, signed_in
 PUBLIC_CACHE = "public, max-age=60"
 # what a visitor could read before this change, and still may
 OPEN_BEFORE = {"/", "/login", "/api/v1/health", "/api/v1/ready", "/api/v1/openapi.json", "/favicon.ico"}
-# what it may read now: the public rounds list, a public round's page and its standings
-OPEN_NOW = {"/leaderboard", "/leaderboard/rounds/r1", "/api/v1/leaderboard/rounds/r1/standings"}
+# what it may read now: the public rounds list (page and API), a public round's page and its standings
+OPEN_NOW = {
+    "/leaderboard",
+    "/leaderboard/rounds/r1",
+    "/api/v1/leaderboard/rounds",
+    "/api/v1/leaderboard/rounds/r1/standings",
+}
 # a private round: not there for a visitor (404, as a round that does not exist), never a sign-in redirect
 PRIVATE = {"/leaderboard/rounds/r2", "/api/v1/leaderboard/rounds/r2/standings"}
 
 
 @pytest.fixture
 def app(tmp_path: Path) -> FastAPI:
-    """r1 public and open with a test submission from alpha and one from beta; r2 open and private."""
+    """r1 public and open with a test submission from alpha and one from beta; r2 open and private; one
+    account per kind of caller: olga the organiser, tom of alpha, bea of beta, vic of no team."""
     web = create_app(f"sqlite:///{tmp_path / 'web.db'}")
     with web.state.sessions.begin() as session:
         rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=3600)
@@ -48,9 +55,10 @@ def app(tmp_path: Path) -> FastAPI:
             rounds.set_status(session, name, "open")
         rounds.set_public(session, "r1", True)
         alpha = rounds.add_team(session, "alpha")
-        rounds.add_team(session, "beta")
         accounts.create_user(session, "olga", PASSWORD, ["organiser"])
+        beta = rounds.add_team(session, "beta")
         accounts.create_user(session, "tom", PASSWORD, ["team_member"], team=alpha)
+        accounts.create_user(session, "bea", PASSWORD, ["team_member"], team=beta)
         accounts.create_user(session, "vic", PASSWORD, ["viewer"])
     web.state.ids = {
         "alpha": scored(web.state.sessions, "alpha", "test", ANSWERS),
@@ -111,6 +119,13 @@ def test_a_visitor_reads_the_public_rounds_and_standings_as_a_member_of_no_team(
     assert 'id="public-note"' in page.text and 'href="/login?next=/leaderboard/rounds/r1"' in page.text
     for private in ('id="team-heading"', 'id="round-settings"', 'id="round-public"', "csrf_token"):
         assert private not in page.text
+
+    listed = visitor.get("/api/v1/leaderboard/rounds")
+    assert listed.status_code == 200 and [r["name"] for r in listed.json()["items"]] == ["r1"]
+    assert listed.json()["total"] == 1  # the private round is not counted either
+    assert listed.json()["items"] == [
+        r for r in vic.get("/api/v1/leaderboard/rounds").json()["items"] if r["public"]
+    ]
 
     api = visitor.get("/api/v1/leaderboard/rounds/r1/standings", params={"all": True})
     assert api.status_code == 200 and api.json() == vic.get(api.request.url).json()
@@ -250,3 +265,122 @@ def test_a_round_is_made_public_from_the_command_line(
             select(WebAuditEvent.detail).where(WebAuditEvent.target == "round r2").order_by(WebAuditEvent.id)
         ).all()
     assert details[-2:] == ["public no -> yes", "public yes -> no"]
+
+
+# --- the API's role matrix, the visitor in it ---------------------------------------------------------------
+
+CALLERS = ("anonymous", "vic", "tom", "bea", "olga")  # nobody, no team, alpha's, beta's, the organiser
+# (method, path) -> the status each caller gets, in CALLERS order; {alpha} and {job} are alpha's test
+# submission and its job. r1 is public and open, r2 private and open, r3 a draft marked public.
+ROLE_MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
+    ("GET", "/rounds"): (200, 200, 200, 200, 200),
+    ("GET", "/rounds/r1/standings"): (200, 200, 200, 200, 200),
+    ("GET", "/rounds/r1/standings?all=true"): (200, 200, 200, 200, 200),
+    ("GET", "/rounds/r1/standings?split=holdout"): (404, 404, 404, 404, 200),  # until the round closes
+    ("GET", "/rounds/r2/standings"): (404, 200, 200, 200, 200),  # private: not there for a visitor
+    ("GET", "/rounds/r3/standings"): (404, 404, 404, 404, 200),  # a draft, public or not
+    ("GET", "/rounds/nope/standings"): (404, 404, 404, 404, 404),
+    ("GET", "/submissions/{alpha}"): (401, 404, 200, 404, 200),
+    ("GET", "/jobs/{job}"): (401, 404, 200, 404, 200),
+    ("GET", "/status"): (401, 403, 403, 403, 200),
+    ("POST", "/rounds/r1/submissions"): (401, 403, 400, 400, 403),  # not an archive: refused, 400
+    ("POST", "/rounds/r2/submissions"): (401, 403, 400, 400, 403),
+}
+# which rounds each caller's list names, newest first
+LISTED = {"anonymous": ["r1"], "vic": ["r2", "r1"], "tom": ["r2", "r1"], "bea": ["r2", "r1"]}
+LISTED["olga"] = ["r3", "r2", "r1"]
+
+
+def _caller(app: FastAPI, who: str) -> TestClient:
+    """A client for ``who``: a signed-in browser sending its CSRF token as a header, or nobody."""
+    if who == "anonymous":
+        return TestClient(app)
+    client = signed_in(app, who)
+    client.headers["X-CSRF-Token"] = csrf(client)
+    return client
+
+
+def test_the_leaderboard_apis_role_matrix_has_no_wrongful_answer(app: FastAPI, tmp_path: Path) -> None:
+    """Every caller x every leaderboard API call, against the rule (``views``' docstring): the status, and
+    for the rounds list the names; a 2xx where the rule says no would be a leak, a 401/403 for a round the
+    caller may not see would tell it the round exists (a visitor gets 404 for r2, the same as for "nope")."""
+    with app.state.sessions.begin() as session:
+        rounds.create_round(session, "r3", tmp_path / "splits")
+        rounds.set_public(session, "r3", True)
+    alpha = app.state.ids["alpha"]
+    with app.state.sessions() as session:
+        job = session.get(Submission, alpha).job.id
+    seen: dict[tuple[str, str], tuple[int, ...]] = {}
+    lists: dict[str, list[str]] = {}
+    for who in CALLERS:
+        client = _caller(app, who)
+        for method, path in ROLE_MATRIX:
+            url = "/api/v1/leaderboard" + path.format(alpha=alpha, job=job)
+            files = {"archive": ("a.zip", b"not a zip")} if method == "POST" else None
+            response = client.request(method, url, files=files)
+            seen[method, path] = (*seen.get((method, path), ()), response.status_code)
+            if path == "/rounds":
+                lists[who] = [r["name"] for r in response.json()["items"]]
+    wrongful = [
+        (call, who, got)
+        for call, answers in seen.items()
+        for who, got, want in zip(CALLERS, answers, ROLE_MATRIX[call], strict=True)
+        if got != want and 200 <= got < 300
+    ]
+    assert wrongful == []
+    assert seen == ROLE_MATRIX
+    assert lists == LISTED
+
+
+# --- a private round's name never reaches a visitor --------------------------------------------------------
+
+HIDDEN = ("hidden-qz7", "sealed-wk4")  # private rounds: open with a scored submission, and closed
+UNKNOWN = "absent-xy9"  # a round that does not exist, as long as each private name
+
+
+def _anonymous_urls(app: FastAPI) -> set[str]:
+    """Every GET route with each round name (the public one, both private ones, an unknown one) and ids 1-4,
+    and the API's lists and standings with their query parameters."""
+    urls = set()
+    for path in get_paths(app.routes):
+        expanded = [path]
+        for whole, param in re.findall(r"({(\w+)(?::\w+)?})", path):
+            values = ["r1", *HIDDEN, UNKNOWN] if param == "name" else ["olga", "1", "2", "3", "4"]
+            expanded = [u.replace(whole, v) for u in expanded for v in values]
+        urls.update(expanded)
+    lists = ("/api/v1/leaderboard/rounds", "/leaderboard")
+    urls |= {f"{url}?limit=1&offset={offset}" for url in lists for offset in range(4)}
+    for name in ("r1", *HIDDEN, UNKNOWN):
+        standings = f"/api/v1/leaderboard/rounds/{name}/standings"
+        urls |= {f"{standings}?split=holdout", f"{standings}?all=true", f"{standings}?split=holdout&all=true"}
+    return urls
+
+
+def test_a_private_rounds_name_never_appears_in_an_anonymous_answer(app: FastAPI) -> None:
+    """A visitor learns nothing of a private round, not even that it exists: no answer to a URL that does
+    not name it holds its name (body or headers), and a URL that names it is answered as for a round that
+    does not exist, word for word but the name."""
+    with app.state.sessions.begin() as session:
+        for name in HIDDEN:
+            rounds.create_round(session, name, rounds.get_round(session, "r1").dataset)
+            rounds.set_status(session, name, "open")
+    scored(app.state.sessions, "alpha", "test", ANSWERS, round_name=HIDDEN[0])
+    scored(app.state.sessions, "beta", "holdout", ANSWERS, round_name=HIDDEN[1])
+    with app.state.sessions.begin() as session:
+        rounds.set_status(session, HIDDEN[1], "closed")
+    visitor = TestClient(app, follow_redirects=False)
+    urls = _anonymous_urls(app)
+    assert len(urls) > 100
+    for url in sorted(urls):
+        response = visitor.get(url)
+        assert response.status_code < 500, (url, response.status_code)
+        named = [name for name in HIDDEN if name in url]
+        if not named:
+            said = response.text + "\n".join(f"{k}: {v}" for k, v in response.headers.items())
+            assert not [name for name in HIDDEN if name in said], url
+            continue
+        twin = visitor.get(url.replace(named[0], UNKNOWN))
+        assert response.status_code == twin.status_code, url
+        assert response.text.replace(named[0], UNKNOWN) == twin.text, url
+    listed = visitor.get("/api/v1/leaderboard/rounds").json()
+    assert [r["name"] for r in listed["items"]] == ["r1"] and listed["total"] == 1

@@ -25,6 +25,9 @@ def test_every_operation_that_needs_a_sign_in_documents_and_answers_401(tmp_path
                 continue
             if method == "get" and "{" not in path:
                 answer = client.get(path)
+                if {} in operation["security"]:  # sign-in optional (public rounds): a visitor's answer
+                    assert answer.status_code == 200, path
+                    continue
                 assert answer.status_code == 401 and answer.json() == {"detail": "not authenticated"}, path
     assert open_ops == ["/api/v1/health", "/api/v1/ready"]  # liveness and readiness: for probes
 

@@ -1,6 +1,7 @@
 """The task flow of issue 39 in a real browser (Playwright driving Debian's chromium against uvicorn): a red
 teamer, an annotator and an arbitrator each hold a task ("Continue your ... task" on the queue instead of a
-claim that returns it), skip it, come back and finish it with Ctrl+Enter, and the progress line (done today,
+claim that returns it), skip it, come back and finish it with Ctrl+Enter (the red teamer first gives one
+back, and her next claim is the other, not the same), and the progress line (done today,
 the daily cap's claims, what is left in the campaign) is checked on the queue and the task page at each
 step. Screenshots: build/test-artifacts/screenshots/star-flow-*.png."""
 
@@ -49,11 +50,18 @@ def hold_and_continue(page: Any, base_url: str, kind: str, left: str) -> str:
 def red_teamer(page: Any, base_url: str) -> None:
     sign_in(page, base_url, "rita")
     first = hold_and_continue(page, base_url, "red-team", "2 red-team tasks")
+    page.click("button:has-text('Give it back and stop')")
+    page.wait_for_url("**/star/queue?msg=given_back&kind=red_team")
+    expect(page, 0, 0, "2 red-team tasks")
+    page.click("button:has-text('Claim next red-team task')")
+    page.wait_for_url("**/star/tasks/*")
+    second = page.url
+    assert second != first  # what she gave back is not handed straight back while other work exists
+    expect(page, 0, 1, "2 red-team tasks")
     assert page.locator("text=Rule under test").count() == 1
     assert page.content().count("The model must stay polite.") == 1  # stated once
     page.click("button:has-text('Skip this task')")  # another instruction at once
-    page.wait_for_url("**/star/tasks/*")
-    assert page.url != first
+    page.wait_for_url(first)  # the one she gave back: the only other one
     expect(page, 0, 1, "2 red-team tasks")  # the skipped claim does not count
     page.fill("#topic", "rudeness")
     page.press("#topic", "Enter")
@@ -67,7 +75,7 @@ def red_teamer(page: Any, base_url: str) -> None:
     page.wait_for_url("**/star/queue?msg=submitted")
     expect(page, 1, 1, "1 red-team task")
     page.click("button:has-text('Claim next red-team task')")
-    page.wait_for_url(first)  # the one skipped before: the only one left
+    page.wait_for_url(second)  # the one skipped before: the only one left
     expect(page, 1, 2, "1 red-team task")
     page.click("button:has-text('Give it back and stop')")
     page.wait_for_url("**/star/queue?msg=given_back&kind=red_team")

@@ -12,7 +12,8 @@ from starlette.testclient import TestClient
 
 from assay.web.app import create_app
 
-BUDGET = {"claim": 12, "view": 9, "annotate": 12}
+# claim: 12 until issue 39's skip memory added one SELECT, the person's give-backs from the audit trail
+BUDGET = {"claim": 13, "view": 9, "annotate": 12}
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ views = lazy_module("assay.leaderboard.views")
 worker_loop = lazy_module("assay.leaderboard.worker")
 worker_checks = lazy_module("assay.leaderboard.preflight")
 logs = lazy_module("assay.web.logs")
+imagebuild = lazy_module("assay.runner.imagebuild")
 
 app = typer.Typer(
     help="Leaderboard: rounds of trojan detection, sandboxed detector runs, NIST-exact scores.\n\n"
@@ -49,6 +50,10 @@ round_app = typer.Typer(help="Create, open, close, publish and list rounds.", no
 team_app = typer.Typer(help="Add and list teams.", no_args_is_help=True)
 app.add_typer(round_app, name="round")
 app.add_typer(team_app, name="team")
+image_app = typer.Typer(
+    help="Build a detector image from an Apptainer definition file.", no_args_is_help=True
+)
+app.add_typer(image_app, name="image")
 # Standings tables are wide; when piped (no terminal to measure) print them at 140 columns, not 80.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -214,6 +219,13 @@ def round_create(
         help="Ranking metric: cross_entropy (the log score, lower is better), roc_auc (NIST's current "
         "harness, higher is better), brier, ece or tpr_at_5_fpr.",
     ),
+    gpus: int = typer.Option(
+        0,
+        "--gpus",
+        min=0,
+        help="NVIDIA GPUs each detector run holds (0: a CPU round). Only workers that see that many usable "
+        "GPUs take the round's jobs; the sandbox passes the held GPUs and the driver's libraries only.",
+    ),
 ) -> None:
     """Register a draft round over a split round folder.
 
@@ -240,6 +252,7 @@ def round_create(
             infer_word=infer_word,
             source_dataset=source_dataset,
             metric=metric,
+            gpus=gpus,
         )
         splits = ", ".join(f"{s.name} ({len(rounds.split_models(s))})" for s in created.splits)
         warning = rounds.disclosure_warning(created)
@@ -260,13 +273,17 @@ def round_set(
         None, "--plateau-delta", help="The round has plateaued when its best test score improved by less ..."
     ),
     plateau_days: float | None = typer.Option(None, "--plateau-days", help="... over this many days."),
+    gpus: int | None = typer.Option(
+        None, "--gpus", min=0, help="NVIDIA GPUs each detector run holds (0: a CPU round)."
+    ),
 ) -> None:
-    """Change a round's plateau rule; each change is written to the audit trail (/admin/audit).
+    """Change a round's plateau rule or its GPUs; each change is written to the audit trail (/admin/audit).
 
-    Example: assay leaderboard round set r1 --plateau-delta 0.005 --plateau-days 7
+    Example: assay leaderboard round set r1 --plateau-delta 0.005 --plateau-days 7 --gpus 1
     """
     with _sessions().begin() as session:
         changes = rounds.set_plateau(session, name, plateau_delta, plateau_days)
+        changes += rounds.set_gpus(session, name, gpus) if gpus is not None else []
     console.print(f"round {name}: " + ("; ".join(changes) or "nothing changed"), highlight=False)
 
 
@@ -320,10 +337,10 @@ def round_list(json_out: bool = typer.Option(False, "--json", help="Print JSON."
     if json_out:
         console.print_json(json.dumps([r.model_dump() for r in rows]))
         return
-    table = Table("round", "status", "public", "splits", "dataset")
+    table = Table("round", "status", "public", "gpus", "splits", "dataset")
     for r in rows:
         splits = " ".join(f"{k}:{v}" for k, v in r.splits.items())
-        table.add_row(r.name, r.status, "yes" if r.public else "no", splits, r.dataset)
+        table.add_row(r.name, r.status, "yes" if r.public else "no", str(r.gpus), splits, r.dataset)
     console.print(table)
 
 
@@ -631,3 +648,44 @@ def results(
         console.print(record.model_dump_json(indent=2), highlight=False, markup=False)
     else:
         _render_results(record, logs)
+
+
+@image_app.command("build")
+def image_build(
+    definition: Path = typer.Argument(..., help="The Apptainer definition file (detector.def)."),
+    out: Path = typer.Option(..., "--out", help="The image to write: NAME.tar (docker-archive) or NAME.sif."),
+    context: Path | None = typer.Option(
+        None, "--context", help="Folder relative %files sources are read from (default: the file's folder)."
+    ),
+    tag: str | None = typer.Option(None, "--tag", help="Also keep the image in podman's storage as TAG."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Build a definition file's common subset (Bootstrap docker/localimage, From, %files, %post,
+    %environment, %runscript, %labels, %help) with podman, with no network, into a submittable image.
+
+    Example: assay leaderboard image build detector.def --out detector.sif
+    """
+    with err_console.status(
+        f"building {definition} with podman (a %post that installs packages takes minutes)"
+    ):
+        built = imagebuild.build_image(definition, out, context=context, tag=tag)
+    record = {
+        "out": str(built.out),
+        "format": built.format,
+        "image_id": built.image_id,
+        "bytes": built.bytes,
+        "seconds": round(built.seconds, 3),
+        "tag": built.tag,
+    }
+    if json_out:
+        console.print_json(json.dumps(record))
+        return
+    kept = f", kept as {built.tag}" if built.tag else ""
+    console.print(
+        f"built {built.out} ({built.format}, {built.bytes / 2**20:.1f} MiB) in {duration(built.seconds)}: "
+        f"image sha256:{built.image_id[:12]}{kept}",
+        highlight=False,
+    )
+    console.print(
+        f"submit it: assay leaderboard submit {built.out} --team TEAM --round ROUND", highlight=False
+    )

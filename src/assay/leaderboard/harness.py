@@ -177,6 +177,7 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
             memory_bytes=round_.memory_bytes,
             scratch_bytes=round_.scratch_bytes,
             max_processes=round_.max_processes,
+            gpus=round_.gpus,
         )
         return {
             "artifact": Path(job.submission.artifact_path),

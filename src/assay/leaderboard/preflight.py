@@ -2,9 +2,12 @@
 
 A job needs what its round and submission need: bubblewrap for every test and holdout job, and for practice
 jobs unless the round allows unisolated runs; podman for a container-image submission (unsquashfs and
-bubblewrap for a ``.sif``); its split's folders, readable. Every worker needs the database and free disk
-in ``ASSAY_HOME`` and the temp dir. Open rounds count too: their test jobs will need bubblewrap and their
-folders, so a worker without them says so before the first submission arrives.
+bubblewrap for a ``.sif``); its split's folders, readable; for a GPU round, that many usable NVIDIA GPUs
+(``gpu_problem``: the device nodes, the driver's libraries, ``nvidia-smi -L`` where it exists), so a worker
+without them still serves CPU rounds and names, once per GPU round, what it lacks. Every worker needs the
+database and free disk in ``ASSAY_HOME`` and the temp dir. Open rounds count too: their test jobs will need
+bubblewrap, their folders and their GPUs, so a worker without them says so before the first submission
+arrives.
 
 ``Preflight.check`` answers with the claimable jobs this worker can run (it may serve some: no podman, it
 still takes folder jobs) and one line per problem, each with the failing command's own error. The
@@ -31,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from assay.config import settings
 from assay.leaderboard.harness import needs_bwrap
 from assay.leaderboard.submissions import stored_image
-from assay.runner import isolation
+from assay.runner import gpu, isolation
 from assay.runner.container import podman_missing, sif_missing
 from assay.store.enums import RoundStatus
 from assay.store.models import Job, Round, Split, Submission
@@ -67,6 +70,16 @@ def engine_problem(image: str) -> str | None:
     if not image.endswith(".sif"):
         return podman_missing()
     return sif_missing()
+
+
+def gpu_problem(round_name: str, gpus: int, found: gpu.Inventory) -> str | None:
+    """Why this machine (``found``) cannot run a round whose detectors hold ``gpus`` GPUs, as the one line
+    a worker logs (``round gpu-r1 needs 1 GPU: no NVIDIA device here (/dev/nvidia0 missing)``); None when
+    it can or the round needs none."""
+    why = gpu.problem(found, gpus)
+    if why is None:
+        return None
+    return f"round {round_name} needs {gpus} GPU{'s' if gpus > 1 else ''}: {why}"
 
 
 def _existing_parent(path: Path) -> Path:
@@ -112,6 +125,7 @@ class Need:
     sealed: bool  # under bubblewrap only
     image: str | None  # the container image; None for a folder detector
     folders: tuple[str, ...]
+    gpus: int = 0  # NVIDIA GPUs each of its detector runs holds
 
 
 @dataclass(frozen=True)
@@ -130,7 +144,7 @@ class Readiness:
 
 def _job_needs(session: Session, claimable: Any) -> list[Need]:
     rows = session.execute(
-        select(Job.id, Round.name, Round.allow_unisolated, Split, Submission.artifact_path)
+        select(Job.id, Round.name, Round.allow_unisolated, Round.gpus, Split, Submission.artifact_path)
         .join(Submission, Job.submission_id == Submission.id)
         .join(Split, Submission.split_id == Split.id)
         .join(Round, Split.round_id == Round.id)
@@ -146,19 +160,20 @@ def _job_needs(session: Session, claimable: Any) -> list[Need]:
             needs_bwrap(split.name, allow_unisolated),
             stored_image(Path(artifact)) if artifact else None,
             (split.models_path, split.truth_path),
+            gpus,
         )
-        for job_id, name, allow_unisolated, split, artifact in rows
+        for job_id, name, allow_unisolated, gpus, split, artifact in rows
     ]
 
 
 def _open_round_needs(session: Session) -> list[Need]:
-    """Open rounds: their test jobs, whenever they come, need bubblewrap and every split folder."""
+    """Open rounds: their test jobs, whenever they come, need bubblewrap, every split folder and the
+    round's GPUs."""
     needs = []
     for round_ in session.scalars(select(Round).where(Round.status == RoundStatus.OPEN)):
         for split in session.scalars(select(Split).where(Split.round_id == round_.id)):
-            needs.append(
-                Need(None, round_.name, split.name, True, None, (split.models_path, split.truth_path))
-            )
+            folders = (split.models_path, split.truth_path)
+            needs.append(Need(None, round_.name, split.name, True, None, folders, round_.gpus))
     return needs
 
 
@@ -187,11 +202,22 @@ class Preflight:
             self._probed_at = time.monotonic()
         return self._machine
 
+    def gpus(self) -> gpu.Inventory:
+        """This machine's NVIDIA devices and driver libraries (``gpu.discover``), probed when a GPU round
+        first asks and again with the other probes once they are ``ttl_s`` old."""
+        machine = self.machine()
+        if "gpus" not in machine:
+            machine["gpus"] = gpu.discover()
+        return machine["gpus"]
+
     def _blocker(self, need: Need) -> str | None:
-        """The first reason this worker cannot run what ``need`` describes; None when it can."""
+        """The first reason this worker cannot run what ``need`` describes; None when it can. With Ray the
+        nodes' GPUs are Ray's to schedule (``num_gpus``), so only a local worker checks its own."""
         machine = self.machine()
         if need.sealed and machine["bwrap"]:
             return f"isolation: a sealed job needs bwrap isolation: {machine['bwrap']}"
+        if need.gpus and self.local and (why := gpu_problem(need.round, need.gpus, self.gpus())):
+            return why
         if need.image is not None and self.local and (why := engine_problem(need.image)):
             return f"container images: {why}"
         return folder_problem(need.round, need.split, need.folders)

@@ -4,7 +4,8 @@ A round is made from the folder ``assay zoo split`` writes: ``train/`` (full mod
 ``test/`` and ``holdout/`` (ground truth and METADATA.csv, organiser only) with their ``*-sequestered/``
 views (what detectors see). The smoke split is the first few training models, for a quick check that a
 detector runs before it spends a test-split submission. Lifecycle: draft -> open -> closed -> archived;
-several rounds may be open at once. A round is private unless an organiser makes it public (``set_public``):
+several rounds may be open at once. A round may require GPUs (``gpus``: each detector run holds that many;
+``set_gpus``). A round is private unless an organiser makes it public (``set_public``):
 then visitors who are not signed in read its standings as a member of no team does (``views.may_see_round``).
 """
 
@@ -26,6 +27,7 @@ from assay.store.web_models import WebAuditEvent
 # Which splits show detector output (stdout/stderr) to the team: only those whose ground truth they have.
 SHOW_LOGS = {"train": True, "smoke": True, "test": False, "holdout": False}
 SMOKE_MODELS = 4
+MAX_GPUS = 64  # GPUs one detector run may hold: more than any node has, so a typo is caught
 # Metrics a round may rank by (computed for every job by assay.leaderboard.scoring); the first is the default.
 RANKING_METRICS = ("cross_entropy", "roc_auc", "brier", "ece", "tpr_at_5_fpr")
 TRANSITIONS = {
@@ -114,6 +116,7 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     disclosure = settings.get("disclosure", DEFAULT_MODE)
     if disclosure not in MODES:
         raise UserError(f"--disclosure: {disclosure!r} is not one of {', '.join(MODES)}")
+    _check_gpus(settings.get("gpus", 0))
     if settings.get("source_dataset") is not None:
         source = Path(str(settings["source_dataset"])).resolve()
         if not source.is_dir():
@@ -125,6 +128,7 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     session.add(round_)
     session.flush()
     detail = f"disclosure {round_.disclosure}, leak_bits {round_.leak_bits:g}, metric {round_.metric}"
+    detail += f", gpus {round_.gpus}" if round_.gpus else ""
     session.add(WebAuditEvent(action=ROUND_CREATE, target=f"round {name}", detail=detail))
     return round_
 
@@ -194,6 +198,30 @@ def set_plateau(
             WebAuditEvent(actor_id=actor_id, action=ROUND_SETTINGS, target=f"round {name}", detail=detail)
         )
     return changes
+
+
+def _check_gpus(gpus: object) -> int:
+    """A round's GPU count: a whole number, 0 (a CPU round) or more."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_GPUS:
+        raise UserError(f"--gpus: {gpus!r} must be a whole number of GPUs from 0 to {MAX_GPUS}")
+    return gpus
+
+
+def set_gpus(session: Session, name: str, gpus: int, actor_id: int | None = None) -> list[str]:
+    """Change how many NVIDIA GPUs each detector run of the round holds (0: a CPU round): the organiser's
+    call. Jobs queued already run with the new count; a worker without that many GPUs takes none of them
+    (``preflight``). The change goes to the audit trail (``actor_id`` None: the shell); returned as one
+    line, or nothing when the round already had that count."""
+    _check_gpus(gpus)
+    round_ = get_round(session, name)
+    if round_.gpus == gpus:
+        return []
+    change = f"gpus {round_.gpus} -> {gpus}"
+    round_.gpus = gpus
+    session.add(
+        WebAuditEvent(actor_id=actor_id, action=ROUND_SETTINGS, target=f"round {name}", detail=change)
+    )
+    return [change]
 
 
 def set_public(session: Session, name: str, public: bool, actor_id: int | None = None) -> bool:

@@ -199,6 +199,7 @@ class RoundOut(BaseModel):
     disclosure: str = "refined"  # how an open round shows test scores (``disclosure.MODES``)
     leak_bits: float = 8.0
     public: bool = False  # visitors who are not signed in may read its standings
+    gpus: int = 0  # NVIDIA GPUs each detector run holds (0: a CPU round)
 
 
 class StandingsOut(BaseModel):
@@ -305,6 +306,7 @@ class RoundListing(BaseModel):
     metric: str
     splits: dict[str, int]
     public: bool = False
+    gpus: int = 0
 
 
 class TeamListing(BaseModel):
@@ -335,6 +337,7 @@ def round_out(round_: Round) -> RoundOut:
         disclosure=round_.disclosure,
         leak_bits=round_.leak_bits,
         public=round_.public,
+        gpus=round_.gpus,
     )
 
 
@@ -623,6 +626,7 @@ def round_listing(session: Session) -> list[RoundListing]:
             metric=r.metric,
             splits={s.name: len(rounds.split_models(s)) for s in r.splits},
             public=r.public,
+            gpus=r.gpus,
         )
         for r in session.scalars(select(Round).order_by(Round.id))
     ]

@@ -58,14 +58,24 @@ from pathlib import Path
 from assay.errors import UserError
 from assay.runner.cgroup import joiner, task_cgroup
 from assay.runner.collect import read_regular
+from assay.runner.gpu import Passthrough
 from assay.runner.images import DOCKER_ARCHIVE, OCI_ARCHIVE, ImageArchive, archive_format, read_archive
-from assay.runner.isolation import Mounts, bwrap_argv, describe, isolation_problem, prepare_image_root
+from assay.runner.isolation import (
+    GPU_LIBS,
+    Mounts,
+    bwrap_argv,
+    describe,
+    gpu_line,
+    isolation_problem,
+    prepare_image_root,
+)
 from assay.runner.process import Finished, run_limited
 from assay.runner.procview import podman_flags
 from assay.runner.sandbox import (
     INSIDE_FOLDERS,
     environment,
     fill,
+    gpu_passthrough,
     memory_killed,
     not_started,
     task_result,
@@ -107,6 +117,7 @@ _BACKSTOP_S = 10  # conmon kills the container this long after the harness shoul
 _LOAD_TIMEOUT_S = 600
 _MAX_NOFILE = 65536
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+OCI_GPU_LIBS = "/usr/local/nvidia/lib64"  # a GPU task's driver libraries in an OCI image (nvidia-docker's)
 
 
 @functools.lru_cache(maxsize=64)
@@ -129,6 +140,7 @@ class Image:
 
     ref: str
     command: list[str]
+    env: tuple[str, ...] = ()  # the image's own ``NAME=value`` variables (its LD_LIBRARY_PATH, say)
 
 
 def parse_image(spec: str) -> ImageSpec:
@@ -245,7 +257,7 @@ def _archive_image(spec: ImageSpec) -> Image:
                 raise _ImageError(f"podman could not load {path.name}: {_error_line(done)}")
             if _call([*prefix, "image", "exists", archive.image_id]).returncode != 0:
                 raise _ImageError(f"podman loaded {path.name} but not as image {archive.image_id}")
-        _loaded[key] = image = Image(archive.image_id, archive.command)
+        _loaded[key] = image = Image(archive.image_id, archive.command, tuple(archive.env))
         return image
 
 
@@ -258,7 +270,8 @@ def _local_image(spec: ImageSpec) -> Image:
         found = json.loads(done.stdout)[0]
         config = found.get("Config") or {}
         command = config.get("Entrypoint") or config.get("Cmd") or []
-        return Image(str(found["Id"]), [str(part) for part in command])
+        env = tuple(str(item) for item in config.get("Env") or ())
+        return Image(str(found["Id"]), [str(part) for part in command], env)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise _ImageError(f"podman image inspect {spec.source!r} gave no image") from None
 
@@ -303,12 +316,36 @@ def container_arguments(argv: list[str]) -> list[str]:
     return ["/" + arg.removeprefix(_DETECTOR_ARG) if arg.startswith(_DETECTOR_ARG) else arg for arg in argv]
 
 
-def _container_environment(task: Task) -> dict[str, str]:
+def _container_environment(task: Task, gpus: Passthrough | None = None) -> dict[str, str]:
     """The detector's variables, built from scratch as for a folder detector, less ``PATH``: the image's
     own (and its ``PYTHONPATH`` and the like) stay, since the image was built around them."""
-    env = environment(task, INSIDE_FOLDERS)
+    env = environment(task, INSIDE_FOLDERS, gpus)
     del env["PATH"]
     return env
+
+
+def library_path(image_env: tuple[str, ...], folder: str) -> str:
+    """The image's ``LD_LIBRARY_PATH`` with ``folder`` (where a GPU task's driver libraries are bound) last,
+    as apptainer's ``--nv`` appends its folder: what the image put first still wins."""
+    own = next((item.split("=", 1)[1] for item in image_env if item.startswith("LD_LIBRARY_PATH=")), "")
+    parts = [part for part in own.split(":") if part]
+    return ":".join(parts if folder in parts else [*parts, folder])
+
+
+def podman_gpu_flags(gpus: Passthrough | None, image_env: tuple[str, ...]) -> list[str]:
+    """A GPU task's NVIDIA nodes (``--device``: the control nodes and the GPUs it holds, nothing else of
+    /dev) and the driver's libraries, read-only in ``OCI_GPU_LIBS`` on the image's ``LD_LIBRARY_PATH``
+    (nvidia-docker's folder, already on it in CUDA and PyTorch images); nothing for a CPU task."""
+    if gpus is None:
+        return []
+    argv = []
+    for source, name in gpus.nodes:
+        argv += ["--device", f"{source}:/dev/{name}"]
+    for name, source in gpus.libraries:
+        argv += ["--mount", f"type=bind,src={_mount_source(source)},dst={OCI_GPU_LIBS}/{name},ro=true"]
+    if gpus.libraries:
+        argv += ["--env", f"LD_LIBRARY_PATH={library_path(image_env, OCI_GPU_LIBS)}"]
+    return argv
 
 
 def _mount_source(path: Path) -> str:
@@ -446,10 +483,9 @@ def podman_command(
     argv += ["--mount", f"type=bind,src={space.private('output')},dst={inside.output}"]
     for source, target in _binds(task, space):
         argv += ["--mount", f"type=bind,src={source},dst={target},ro=true"]
-    if limits.gpus > 0:
-        for node in sorted(Path("/dev").glob("nvidia*")):
-            argv += ["--device", str(node)]
-    for variable, value in _container_environment(task).items():
+    gpus = gpu_passthrough(task)
+    argv += podman_gpu_flags(gpus, image.env)
+    for variable, value in _container_environment(task, gpus).items():
         argv += ["--env", f"{variable}={value}"]
     argv += ["--entrypoint", json.dumps(image.command), image.ref]
     return [*argv, *(fill(arg, inside) for arg in container_arguments(task.argv))]
@@ -463,6 +499,7 @@ def _describe(spec: ImageSpec, image_ref: str, task: Task, space: _Space) -> str
     parts.append("network allowed" if limits.network else "no network")
     parts.append(f"{limits.scratch_bytes / 2**20:.0f} MiB private scratch")
     parts.append("host-wide /proc counters hidden")
+    parts.append(gpu_line(gpu_passthrough(task)))
     if not space.bounded:
         parts.append("output folder not size-bounded (no tmpfs could be mounted)")
     parts += ["no capabilities", f"the harness's user ({os.getuid()})"]
@@ -549,28 +586,32 @@ SIF_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # app
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def sif_environment(task: Task, name: str) -> dict[str, str]:
+def sif_environment(task: Task, name: str, gpus: Passthrough | None = None) -> dict[str, str]:
     """The variables a ``.sif`` detector starts with: a folder detector's, built from scratch, with
     apptainer's default ``PATH`` and the container variables runscripts look at (the image's file name,
     never a host path)."""
-    env = _container_environment(task)
+    env = _container_environment(task, gpus)
     env["PATH"] = SIF_PATH
     for prefix in ("APPTAINER", "SINGULARITY"):
         env[f"{prefix}_CONTAINER"] = env[f"{prefix}_NAME"] = name
     return env
 
 
-def sif_script(env: dict[str, str]) -> str:
+def sif_script(env: dict[str, str], gpu_libraries: bool = False) -> str:
     """What ``/bin/sh -c`` runs in the image, as ``singularity run`` does: every ``/.singularity.d/env/*.sh``
     sourced in name order, then the runscript with the arguments. The harness's own variables (``HOME``
     and ``TMPDIR`` on scratch, thread counts, hidden GPUs) are set again after the scripts, as apptainer's
-    ``--env`` wins over an image's ``%environment``; ``PATH`` and the rest stay the image's."""
+    ``--env`` wins over an image's ``%environment``; ``PATH`` and the rest stay the image's. With
+    ``gpu_libraries``, ``/.singularity.d/libs`` is appended to the image's ``LD_LIBRARY_PATH``, as ``--nv``
+    does."""
     lines = [f'for script in {ENV_FOLDER}/*.sh; do if [ -f "$script" ]; then . "$script"; fi; done']
     lines += [
         f"export {variable}={shlex.quote(value)}"
         for variable, value in env.items()
         if variable != "PATH" and _SHELL_NAME.fullmatch(variable)
     ]
+    if gpu_libraries:
+        lines.append(f'export LD_LIBRARY_PATH="${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_LIBS}"')
     lines.append(f'exec {RUNSCRIPT} "$@"')
     return "\n".join(lines) + "\n"
 
@@ -622,6 +663,7 @@ def _run_sif(task: Task, source: Path, workdir: Path | None) -> TaskResult:
             why = str(exc).replace(f"{source}: ", "")
             return _unstarted(task, why, worker, "sif: image not unpacked")
         _check_readonly(task, root)
+        gpus = gpu_passthrough(task)
         wall = min(wall, time_left(task))  # unpacking takes time off the job, not off the model
         if wall <= 0:
             return not_started(task, worker)
@@ -633,13 +675,14 @@ def _run_sif(task: Task, source: Path, workdir: Path | None) -> TaskResult:
             private_bytes=limits.scratch_bytes,
             memory_bytes=limits.memory_bytes,
             network=limits.network,
-            gpus=limits.gpus > 0,
+            gpus=gpus,
             image_root=root,
             output=space.private("output"),
         )
-        env = sif_environment(task, source.name)
+        env = sif_environment(task, source.name, gpus)
         inside = [fill(arg, INSIDE_FOLDERS) for arg in container_arguments(task.argv)]
-        argv = [*bwrap_argv(mounts), "/bin/sh", "-c", sif_script(env), "runscript", *inside]
+        script = sif_script(env, gpu_libraries=gpus is not None and bool(gpus.libraries))
+        argv = [*bwrap_argv(mounts), "/bin/sh", "-c", script, "runscript", *inside]
         join = joiner(group) if group else None
         finished = run_limited(argv, env, "/", wall, limits.memory_bytes, limits.gpus > 0, join=join)
         outputs = {output: read_regular(space.root, _PRIVATE, "output", output) for output in task.outputs}

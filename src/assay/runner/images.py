@@ -56,6 +56,7 @@ class ImageArchive:
     cmd: list[str]
     unpacked_bytes: int = 0
     root_files: dict[str, bytes | None] = field(default_factory=dict)
+    env: list[str] = field(default_factory=list)  # the config's ``Env``, ``NAME=value`` each
 
     @property
     def command(self) -> list[str]:
@@ -279,4 +280,4 @@ def read_archive(path: Path, wanted: Iterable[str] = (), max_bytes: int | None =
     if max_bytes is not None:
         found, unpacked = _read_layers(path, layers, links, frozenset(wanted), max_bytes)
     entrypoint, cmd = _strings(runtime.get("Entrypoint")), _strings(runtime.get("Cmd"))
-    return ImageArchive(kind, image_id, entrypoint, cmd, unpacked, found)
+    return ImageArchive(kind, image_id, entrypoint, cmd, unpacked, found, _strings(runtime.get("Env")))

@@ -28,7 +28,6 @@ Three levels, best first, detected at run time by trying them once:
 from __future__ import annotations
 
 import functools
-import glob
 import os
 import re
 import shutil
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assay.errors import UserError
+from assay.runner.gpu import Passthrough
 from assay.runner.procview import proc_binds
 
 LEVELS = ("bwrap", "unshare", "none")
@@ -53,6 +53,8 @@ _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The dynamic loader's cache and time zone; no passwd, hosts or ssl: nothing a sealed detector needs.
 _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+# where a GPU task finds the driver's libraries (apptainer's ``--nv`` folder), put on its LD_LIBRARY_PATH
+GPU_LIBS = Path("/.singularity.d/libs")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class Mounts:
     as ``/`` instead of the empty root and this host's runtime: the detector sees its own image only.
     ``output``: a host folder bound as ``/task/output``, read back after the sandbox is gone (an image run
     has no Python of ours for ``collect.py``, so it is not pid 1 either: bubblewrap's own init is).
+    ``gpus``: a GPU task's device nodes and driver libraries (``gpu.passthrough``); None for a CPU task,
+    which gets no NVIDIA node and no driver library of ours.
     """
 
     readonly: list[Path] = field(default_factory=list)
@@ -77,7 +81,7 @@ class Mounts:
     private_bytes: int = 2**30
     memory_bytes: int | None = None
     network: bool = False
-    gpus: bool = False
+    gpus: Passthrough | None = None
     writable: list[Path] = field(default_factory=list)
     image_root: Path | None = None
     output: Path | None = None
@@ -187,18 +191,29 @@ def _show(path: Path) -> list[str]:
     return ["--ro-bind", str(path), str(path)]
 
 
-def _devices(gpus: bool) -> list[str]:
-    """A minimal read-only /dev; /dev/shm points into the task's bounded tmpfs."""
+def _devices(gpus: Passthrough | None) -> list[str]:
+    """A minimal read-only /dev; /dev/shm points into the task's bounded tmpfs. A GPU task also gets its
+    NVIDIA nodes (the control nodes and the GPUs it holds), and nothing else: no ``/dev/dri``."""
     argv = ["--tmpfs", "/dev"]
     for node in _DEVICES:
         argv += ["--dev-bind", node, node]
     for number, name in enumerate(("stdin", "stdout", "stderr")):
         argv += ["--symlink", f"/proc/self/fd/{number}", f"/dev/{name}"]
     argv += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", str(INSIDE / "shm"), "/dev/shm"]
-    if gpus:
-        for node in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
-            argv += ["--dev-bind", node, node]
+    for source, name in gpus.nodes if gpus is not None else ():
+        argv += ["--dev-bind", str(source), f"/dev/{name}"]
     return argv
+
+
+def _gpu_libraries(gpus: Passthrough | None, image: bool) -> list[str]:
+    """The driver's libraries, read-only, in ``GPU_LIBS``: on an image root a tmpfs of their own over the
+    folder ``prepare_image_root`` made (the image cannot take new mount points), made read-only again."""
+    if gpus is None or not gpus.libraries:
+        return []
+    argv = ["--tmpfs", str(GPU_LIBS)] if image else []
+    for name, source in gpus.libraries:
+        argv += ["--ro-bind", str(source), str(GPU_LIBS / name)]
+    return [*argv, "--remount-ro", str(GPU_LIBS)] if image else argv
 
 
 @functools.cache
@@ -268,6 +283,7 @@ def bwrap_argv(mounts: Mounts) -> list[str]:
         argv += ["--ro-bind", str(Path(mounts.input).resolve()), str(INSIDE / "input")]
     if mounts.output is not None:
         argv += ["--bind", str(Path(mounts.output).resolve()), str(INSIDE / "output")]
+    argv += _gpu_libraries(mounts.gpus, image is not None)
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return [*argv, "--"]
 
@@ -276,7 +292,8 @@ def prepare_image_root(root: Path) -> None:
     """Make an unpacked image root ready to be ``bwrap_argv``'s read-only ``/``: bubblewrap can make no
     mount point on it, so ``/proc``, ``/dev`` and ``/task`` become empty folders of their own and ``/tmp``
     the same link into the task's tmpfs a folder detector gets (apptainer mounts over all four too, so
-    nothing the image kept there was ever seen by a detector)."""
+    nothing the image kept there was ever seen by a detector); ``/.singularity.d/libs`` is made where the
+    image lacks it, for a GPU task's driver libraries (``GPU_LIBS``, apptainer's ``--nv`` folder)."""
     for name in ("proc", "dev", INSIDE.name, "tmp"):
         place = root / name
         if place.is_symlink() or place.is_file():
@@ -286,6 +303,20 @@ def prepare_image_root(root: Path) -> None:
     for name in ("proc", "dev", INSIDE.name):
         (root / name).mkdir(mode=0o755)
     (root / "tmp").symlink_to(_TMP_LINK)
+    _plain_folder(root, GPU_LIBS.relative_to("/"))
+
+
+def _plain_folder(root: Path, relative: Path) -> None:
+    """Make ``root / relative`` a folder, one part at a time, never through a link (an image's link could
+    point anywhere on this host); a part that is a link or a file leaves it be (a GPU task then fails to
+    start, the image's fault)."""
+    place = root
+    for part in relative.parts:
+        place = place / part
+        if place.is_symlink() or (place.exists() and not place.is_dir()):
+            return
+        if not place.exists():
+            place.mkdir(mode=0o755)
 
 
 def wrap(level: str, argv: list[str], mounts: Mounts) -> tuple[list[str], str]:
@@ -318,6 +349,7 @@ def describe(level: str, mounts: Mounts) -> str:
         parts = ["empty read-only root with inputs and runtime only"]
     parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
     parts += ["host-wide /proc counters hidden", network, "own pid namespace", "no capabilities"]
+    parts.append(gpu_line(mounts.gpus))
     if not hostname_settable():
         parts.append("the container's hostname (its seccomp profile forbids naming the sandbox)")
     if nested_userns_disabled():
@@ -326,6 +358,14 @@ def describe(level: str, mounts: Mounts) -> str:
         shown = ".".join(map(str, bwrap_version())) or "unknown"
         parts.append(f"nested user namespaces NOT disabled (bubblewrap {shown}; 0.8 or later can)")
     return "bwrap: " + ", ".join(parts)
+
+
+def gpu_line(gpus: Passthrough | None) -> str:
+    """What of the host's GPUs a run got, for the job log."""
+    if gpus is None:
+        return "no GPU device"
+    nodes = ", ".join(f"/dev/{name}" for _, name in gpus.nodes)
+    return f"GPU devices {nodes} and {len(gpus.libraries)} driver libraries"
 
 
 def _readonly(mode: str, mounts: Mounts, argv: list[str]) -> list[str]:

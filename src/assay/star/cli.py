@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -16,6 +17,9 @@ from rich.table import Table
 from assay.errors import UserError
 from assay.lazy import lazy_module
 from assay.terminal import progress_bar
+
+if TYPE_CHECKING:  # imported lazily at run time: `assay star --help` loads no pandas
+    from assay.star.analysis.reliability import AlphaEstimate
 
 # The pillar, imported when a command first uses it: `assay star --help` pays for none of it.
 np = lazy_module("numpy")
@@ -31,6 +35,8 @@ participants = lazy_module("assay.star.participants")
 planning = lazy_module("assay.star.planning")
 ratings_module = lazy_module("assay.star.ratings")
 simulate_module = lazy_module("assay.star.simulate")
+seeds_module = lazy_module("assay.star.seeds")
+embed_module = lazy_module("assay.star.analysis.embed")
 spec_module = lazy_module("assay.star.spec")
 status_module = lazy_module("assay.star.status")
 store_models = lazy_module("assay.store.models")
@@ -329,16 +335,30 @@ def status(
         return
     for kind, counts in report.tasks.items():
         console.print(f"{kind}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), highlight=False)
-    alpha, rate = report.agreement.alpha, report.arbitration.rate
+    rate = report.arbitration.rate
     console.print(
         f"dialogues {report.dialogues} (machine {report.machine_dialogues}), "
         f"annotations {report.annotations} (machine {report.machine_annotations}), "
         f"complete first rounds {report.complete_first_rounds}, "
-        f"alpha {'-' if alpha is None else f'{alpha:.3f}'}, "
         f"arbitration rate {'-' if rate is None else f'{rate:.3f}'}",
         highlight=False,
     )
+    console.print(f"agreement (ordinal alpha): {_alpha_text(report.agreement)}", highlight=False)
+    console.print(
+        f"broken / not broken (nominal alpha): {_alpha_text(report.agreement_broken)}", highlight=False
+    )
     _print_shortfalls(report.shortfalls)
+
+
+def _alpha_text(estimate: AlphaEstimate) -> str:
+    """Alpha as the campaign dashboard writes it: below its minimum n the pillar's reason ("too few
+    dialogues (n = 2, needs >= 10)"), never a number with a degenerate interval; else the number, its 95%
+    interval where there is one, and the dialogues it rests on."""
+    if estimate.alpha is None:
+        return estimate.reason or "-"
+    interval = "" if estimate.low is None else f" (95% CI {estimate.low:.3f} to {estimate.high:.3f})"
+    note = f" ({estimate.reason})" if estimate.reason else ""
+    return f"{estimate.alpha:.3f}{interval}, n = {estimate.n_units} dialogues{note}"
 
 
 @app.command()
@@ -364,7 +384,14 @@ def simulate(
     count: int = typer.Option(10, "--count", "-n", min=1, help="Dialogues to rehearse."),
     turns: int = typer.Option(2, "--turns", min=1, max=20, help="Red-teamer messages per dialogue."),
     seed: int = typer.Option(0, "--seed", min=0, help="Design seed."),
-    seeds_from: str | None = typer.Option(None, "--seed-topics", help="harmbench or donotanswer."),
+    seeds_from: str | None = typer.Option(
+        None, "--seed-topics", help="harmbench or donotanswer: each task a prompt of its own rule."
+    ),
+    seed_embedder: str = typer.Option(
+        "minilm",
+        "--seed-embedder",
+        help="How --seed-topics matches prompts to rules: minilm, hashing or module:attribute.",
+    ),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1, max=4096, help="Per reply."),
     ratings: str = typer.Option(
         "text",
@@ -394,6 +421,8 @@ def simulate(
     Example: assay star simulate examples/star-campaign.yaml -n 4 --target hf:SMOLLM2.gguf
     """
     spec = spec_module.load_spec(spec_path)
+    if seeds_from is not None:
+        seeds_module.check_source(seeds_from)
     target_model = models.load_model(target)
     red = models.load_model(red_teamer) if red_teamer else target_model
     judge = models.load_model(annotator) if annotator else red
@@ -425,6 +454,7 @@ def simulate(
             name,
             on_phase=on_phase,
             pool=pool,
+            seed_embedder=embed_module.make_embedder(seed_embedder) if seeds_from else None,
         )
     if json_out:
         console.print_json(json.dumps(summary.__dict__))

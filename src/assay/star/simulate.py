@@ -23,6 +23,9 @@ it was stopped. A campaign that ``simulate`` did not make, or made with other se
 line naming the setting (the spec, ``--seed``, ``--count``, ``--expert-share``, ``--turns``, ``--target``:
 what the campaign records); the annotator and red-teamer models, ``--ratings``, ``--seed-topics`` and
 ``--other-rules-rate`` leave no trace to compare, so the run that resumes uses its own.
+
+``--seed-topics`` hints each red-team task with a HarmBench or Do-Not-Answer prompt of its own rule
+(``seeds``: by Do-Not-Answer's intent, by embedding similarity for HarmBench), never one of another harm.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from assay.models.base import ChatModel, GenerationParams
 from assay.models.choice import choose
 from assay.names import check_name
 from assay.star import agents, rehearsal
+from assay.star import seeds as seeds_module
+from assay.star.analysis.embed import Embedder, make_embedder
 from assay.star.assign import (
     add_instructions,
     arbitration_view,
@@ -190,11 +195,26 @@ class _Rehearsal:
     other_rules_rate: float
 
 
-def _red_team(run: _Rehearsal, tasks: list[int], turns: int, seeds: list[str]) -> None:
+def _hints(session: Session, hints: seeds_module.RuleSeeds | None, tasks: list[StarTask]) -> list[str | None]:
+    """Each red-team task's seed prompt, from its own rule's pool (``seeds``), by the instruction's place
+    among its rule's; None for every task when the rehearsal has no ``--seed-topics``."""
+    if hints is None or not tasks:
+        return [None] * len(tasks)
+    numbered = session.execute(
+        select(StarInstruction.id, StarInstruction.rule_id)
+        .where(StarInstruction.campaign_id == tasks[0].campaign_id)
+        .order_by(StarInstruction.number)
+    ).tuples()
+    ranks = seeds_module.instruction_ranks(list(numbered))
+    return [hints.pick(task.rule_id, ranks[task.instruction_id]) for task in tasks]
+
+
+def _red_team(run: _Rehearsal, tasks: list[int], turns: int, hints: seeds_module.RuleSeeds | None) -> None:
     models = run.models
     with run.sessions() as session:
-        instructions = [session.get_one(StarTask, t).instruction.text for t in tasks]
-    seed_for = [seeds[i % len(seeds)] if seeds else None for i in range(len(tasks))]
+        rows = [session.get_one(StarTask, t) for t in tasks]
+        instructions = [row.instruction.text for row in rows]
+        seed_for = _hints(session, hints, rows)
     topics = models.red_teamer.chat(
         [agents.topic_prompt(text, seed) for text, seed in zip(instructions, seed_for, strict=True)],
         models.params,
@@ -318,14 +338,21 @@ def simulate(
     campaign_name: str | None = None,
     on_phase: Callable[[str, int], None] | None = None,
     pool: PoolOptions | None = None,
+    seed_embedder: Embedder | None = None,
 ) -> SimulationSummary:
     """Design ``count`` instructions, then red team, annotate and arbitrate them with the agents, with a
     built-in pool drawn by ``pool`` (mixed expertise, planted other-rules answers). A campaign an earlier
-    run with the same settings left is resumed (see the module docstring); one that differs is refused."""
+    run with the same settings left is resumed (see the module docstring); one that differs is refused.
+    ``seed_source`` hints each red-team task with a prompt of its own rule (``seeds``), matched by
+    ``seed_embedder`` (all-MiniLM-L6-v2 when None)."""
     pool = pool or PoolOptions()
+    hints = None
+    if seed_source is not None:
+        embedder = seed_embedder or make_embedder("minilm")
+        hints = seeds_module.rule_seeds(spec.rules, seed_source, embedder, seed)
     name = check_name("--campaign", campaign_name) if campaign_name else f"{spec.name}-simulated"
     with rehearsal.hold(sessions, name):
-        return _simulate(sessions, spec, models, count, seed, turns, seed_source, name, on_phase, pool)
+        return _simulate(sessions, spec, models, count, seed, turns, hints, name, on_phase, pool)
 
 
 def _simulate(
@@ -335,20 +362,19 @@ def _simulate(
     count: int,
     seed: int,
     turns: int,
-    seed_source: str | None,
+    hints: seeds_module.RuleSeeds | None,
     name: str,
     on_phase: Callable[[str, int], None] | None,
     pool: PoolOptions,
 ) -> SimulationSummary:
     """The rehearsal itself, holding the campaign's lock; claims are handed back if it stops early."""
-    seeds = agents.seed_topics(seed_source) if seed_source else []
     setup = _Setup(spec.model_copy(update={"name": name}), draw_design(spec, count, seed), seed, pool, turns)
     campaign_id, people, done_before = _start_or_resume(sessions, setup, models.target.model_id)
     summary = SimulationSummary(campaign=name, resumed=done_before is not None, done_before=done_before or 0)
     draw = random.Random(f"{seed}:other-rules")
     run = _Rehearsal(sessions, spec, models, summary, draw, pool.other_rules_rate)
     phases: list[tuple[str, Callable[[list[int]], None]]] = [
-        (TaskKind.RED_TEAM, lambda ts: _red_team(run, ts, turns, seeds)),
+        (TaskKind.RED_TEAM, lambda ts: _red_team(run, ts, turns, hints)),
         (TaskKind.ANNOTATE, lambda ts: _annotate(run, ts)),
         (TaskKind.ARBITRATE, lambda ts: _arbitrate(run, ts)),
     ]

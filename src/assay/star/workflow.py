@@ -72,6 +72,7 @@ KIND_LABEL = {
 IDLE_RESET = timedelta(minutes=10)  # a pause this long counts as a break for the reminder
 RECENT_DONE = 10  # finished tasks a queue shows per campaign
 GIVE_BACK = "star.give_back"  # the audit trail's action for a task given back (assay.web.audit.ACTIONS)
+TASK_TARGET = "star task "  # ... and its target, before the task's id
 
 
 @dataclass(frozen=True)
@@ -470,7 +471,8 @@ def claim(
     """The next task of ``kind`` for the pool entry, or the one of that kind it already holds (nobody hoards
     tasks others could do). The campaign's expired claims are released first, so what is free now is
     offered now; the engine's ``claim_next`` then enforces every matching rule atomically. Tasks in
-    ``avoid`` are passed over (a skip's)."""
+    ``avoid`` are passed over (a skip's), and so are those the person gave back (``given_back``) unless
+    nothing else is left for them."""
     now = now or utcnow()
     with sessions.begin() as session:
         person = person_of(session, worker, participant_id)
@@ -479,9 +481,43 @@ def claim(
         expire(session, session.get_one(StarCampaign, person.campaign_id), now)
         held = [t.id for t in _held(session, person, now) if t.kind == kind]
         who = None if held else claimant(session, person.id, kind)
+        later = set() if held else given_back(session, person) - set(avoid)
     if held:
         return Claim(held[0], False)
-    return Claim(claim_as(sessions, who, now, avoid), True)
+    task = claim_as(sessions, who, now, {*avoid, *later})
+    if task is None and later:  # only what they gave back is left for them: offer it after all
+        task = claim_as(sessions, who, now, avoid)
+    return Claim(task, True)
+
+
+def _given_back_note(campaign: StarCampaign, person: StarParticipant) -> str:
+    """How a give-back's audit detail ends: whose it was, which ``given_back`` finds it by."""
+    return (
+        f" of campaign {campaign.name} given back by pool member {person.external_id}; open for anyone again"
+    )
+
+
+def given_back(session: Session, person: StarParticipant) -> set[int]:
+    """The tasks this pool member gave back (or skipped), with the other tasks of those dialogues: a claim
+    passes over them while the person has other work, as Label Studio and Potato do with a skip, so
+    "give back" then "claim next" does not hand the same task straight back. Anyone else gets them at once.
+
+    Read from the audit trail's ``GIVE_BACK`` events, found by how their detail ends (the release itself
+    leaves no trace on the task). The audit table has no index on the action, so this reads through it
+    once per claim; an index would need a migration."""
+    campaign = session.get_one(StarCampaign, person.campaign_id)
+    targets = session.scalars(
+        select(WebAuditEvent.target).where(
+            WebAuditEvent.action == GIVE_BACK,
+            WebAuditEvent.detail.endswith(_given_back_note(campaign, person), autoescape=True),
+        )
+    ).all()
+    tasks = {int(t.removeprefix(TASK_TARGET)) for t in targets if t.removeprefix(TASK_TARGET).isdigit()}
+    if not tasks:
+        return set()
+    dialogues = select(StarTask.dialogue_id).where(StarTask.id.in_(tasks), StarTask.dialogue_id.is_not(None))
+    siblings = session.scalars(select(StarTask.id).where(StarTask.dialogue_id.in_(dialogues)))
+    return tasks | set(siblings)
 
 
 def give_back(session: Session, worker: Worker, task_id: int, now: datetime | None = None) -> GivenBack:
@@ -502,9 +538,8 @@ def give_back(session: Session, worker: Worker, task_id: int, now: datetime | No
         WebAuditEvent(
             actor_id=worker.user_id,
             action=GIVE_BACK,
-            target=f"star task {task.id}",
-            detail=f"{KIND_LABEL[task.kind]} task of campaign {campaign.name} given back by pool member "
-            f"{person.external_id}; open for anyone again",
+            target=f"{TASK_TARGET}{task.id}",
+            detail=f"{KIND_LABEL[task.kind]} task{_given_back_note(campaign, person)}",
         )
     )
     session.flush()
@@ -516,7 +551,7 @@ def skip(
 ) -> GivenBack:
     """``give_back``, then claim the next task of the same kind, passing over the skipped dialogue (an
     annotator who skips one rating of a dialogue is not handed its other one). The skipped task stays in the
-    person's queue for later: a plain claim may offer it again once it is the oldest they may take."""
+    person's queue for later: their claims pass over it while they have other work (``given_back``)."""
     now = now or utcnow()
     with sessions.begin() as session:
         task = open_task(session, worker, task_id, now)

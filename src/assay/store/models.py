@@ -108,6 +108,8 @@ class Round(Base):
     # anyone may read the round's standings without signing in, as a member of no team does
     # (assay.leaderboard.views.may_see_round); the organiser's switch, off unless turned on
     public: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # NVIDIA GPUs each detector run holds (assay.runner.gpu); a worker without them takes none of its jobs
+    gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     opened_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

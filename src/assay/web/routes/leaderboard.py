@@ -6,10 +6,11 @@ command line calls; this module turns the signed-in account into a ``Viewer``, c
 A refusal from the pillar becomes a 404 (``NotVisible``: the thing does not exist for this user) or a 403
 (``NotAllowed``) for every route here, through the router's route class.
 
-Three GET routes answer visitors who are not signed in as well (``Anyone``: ``Viewer.anonymous`` for them):
-the rounds list, a round's page and its standings in the API; the pillar shows such a visitor the public
-rounds only. Those anonymous answers say ``PUBLIC_HEADERS`` (cacheable for a minute); every other route
-needs a sign-in, and every signed-in answer stays ``no-store``.
+Four GET routes answer visitors who are not signed in as well (``Anyone``: ``Viewer.anonymous`` for them):
+the rounds list (page and API), a round's page and its standings in the API; the pillar shows such a
+visitor the public rounds only (a private round is a 404, as one that does not exist). Those anonymous
+answers say ``PUBLIC_HEADERS`` (cacheable for a minute); every other route needs a sign-in, and every
+signed-in answer stays ``no-store``.
 
 Uploads: the body is refused past ``MAX_UPLOAD_BYTES`` as it arrives (``BoundedBody``), then unpacked and
 validated by ``assay.leaderboard.submissions`` (no ``..``, no links, unpacked size and file-count limits).
@@ -353,21 +354,33 @@ def status_page(request: Request, session: DbSession, viewer: SignedIn) -> Respo
 NOT_FOUND = {404: {"model": Problem, "description": "No such object, or not yours to see"}}
 
 
-@api.get("/rounds", response_model=Page[RoundOut], summary="Rounds you can see, newest first")
-def api_rounds(session: DbSession, viewer: SignedIn, window: Paging) -> Page[RoundOut]:
-    return Page.of(*views.visible_rounds(session, viewer, window), window)
+OPTIONAL_TOKEN = {"security": [{}]}  # a token is optional here: OpenAPI's empty requirement
+PUBLIC_401 = {
+    401: {"model": Problem, "description": "A revoked or unknown API token (without one: public rounds)"}
+}
+
+
+@api.get(
+    "/rounds",
+    response_model=Page[RoundOut],
+    responses=PUBLIC_401,
+    summary="Rounds you can see, newest first",
+    description="Without a sign-in: the rounds an organiser made public only.",
+    openapi_extra=OPTIONAL_TOKEN,
+)
+def api_rounds(response: Response, session: DbSession, viewer: Anyone, window: Paging) -> Page[RoundOut]:
+    page = Page.of(*views.visible_rounds(session, viewer, window), window)
+    response.headers.update(_public_headers(viewer))
+    return page
 
 
 @api.get(
     "/rounds/{name}/standings",
     response_model=StandingsOut,
-    responses={
-        **NOT_FOUND,
-        401: {"model": Problem, "description": "A revoked or unknown API token (without one: public rounds)"},
-    },
+    responses={**NOT_FOUND, **PUBLIC_401},
     summary="A round's ranked results on test, or on holdout once the round is closed",
     description="Without a sign-in: the rounds an organiser made public only (any other round is a 404).",
-    openapi_extra={"security": [{}]},  # a token is optional here: OpenAPI's empty requirement
+    openapi_extra=OPTIONAL_TOKEN,
 )
 def api_standings(
     response: Response,
