@@ -503,8 +503,8 @@ def given_back(session: Session, person: StarParticipant) -> set[int]:
     "give back" then "claim next" does not hand the same task straight back. Anyone else gets them at once.
 
     Read from the audit trail's ``GIVE_BACK`` events, found by how their detail ends (the release itself
-    leaves no trace on the task). The audit table has no index on the action, so this reads through it
-    once per claim; an index would need a migration."""
+    leaves no trace on the task); the action is indexed (migration 0018), so a claim reads those events
+    only."""
     campaign = session.get_one(StarCampaign, person.campaign_id)
     targets = session.scalars(
         select(WebAuditEvent.target).where(

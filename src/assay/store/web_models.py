@@ -116,7 +116,8 @@ class WebAuditEvent(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, index=True)
     actor_id: Mapped[int | None] = mapped_column(ForeignKey("web_users.id"))
-    action: Mapped[str] = mapped_column(String(40))  # e.g. user.disable; see assay.web.audit.ACTIONS
+    # e.g. user.disable; see assay.web.audit.ACTIONS. Indexed: a STAR claim reads its star.give_back events
+    action: Mapped[str] = mapped_column(String(40), index=True)
     target: Mapped[str] = mapped_column(String(200))  # a username, usually
     detail: Mapped[str] = mapped_column(String(1000), default="")
 
