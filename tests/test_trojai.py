@@ -127,6 +127,17 @@ def test_the_templates_header_is_refused_as_nist_does(field: str, value: object)
         check_schema(nist_schema(**{field: value}), "s.json")
 
 
+def test_the_published_templates_header_names_every_field_left_in_one_line() -> None:
+    """trojai-example's schema as published leaves five template fields: one refusal names all five."""
+    published = Path(__file__).parents[1] / "examples" / "trojai-baseline" / "metaparameters_schema.json"
+    with pytest.raises(UserError) as refused:
+        check_schema(json.loads(published.read_text()), "s.json")
+    line = str(refused.value)
+    assert "\n" not in line
+    for field in ("title", "technique_description", "technique_changes", "commit_id", "repo_name"):
+        assert f"'{field}'" in line
+
+
 @pytest.mark.parametrize(
     ("values", "field"),
     [

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from assay.errors import UserError, input_error
+from assay.errors import UserError, input_error, shown
 from assay.fileio import write_text_atomic
 
 REQUIRED_METAPARAMETERS = ("technique", "technique_description")
@@ -121,13 +121,21 @@ def _bounded(name: str, spec: dict[str, Any]) -> str | None:
 
 
 def _check_header(schema: dict[str, Any], source: str | Path) -> None:
-    """NIST's ``:Schema Header:`` check: the template's text left in place, or a bad ``technique_type``."""
-    for field, template in NIST_TEMPLATE_HEADER.items():
-        if field in schema and schema[field] == template:
-            raise UserError(
-                f"{source}: :Schema Header: field '{field}' still holds the trojai-example template's value "
-                f"{template!r}; describe your own technique"
-            )
+    """NIST's ``:Schema Header:`` check: the template's text left in place, or a bad ``technique_type``.
+    Every field still holding the template's text is named in the one line, so a performer fixes them all
+    at once rather than one submission each (trojai-example as published leaves five)."""
+    left = [field for field, template in NIST_TEMPLATE_HEADER.items() if schema.get(field) == template]
+    if len(left) == 1:
+        raise UserError(
+            f"{source}: :Schema Header: field '{left[0]}' still holds the trojai-example template's value "
+            f"{shown(NIST_TEMPLATE_HEADER[left[0]])}; describe your own technique"
+        )
+    if left:
+        names = ", ".join(f"'{field}'" for field in left)
+        raise UserError(
+            f"{source}: :Schema Header: fields {names} still hold the trojai-example template's values "
+            f"(field '{left[0]}': {shown(NIST_TEMPLATE_HEADER[left[0]])}); describe your own technique"
+        )
     if "technique_type" not in schema:
         return
     kinds = schema["technique_type"]

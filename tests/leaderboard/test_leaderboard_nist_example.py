@@ -1,9 +1,11 @@
 """A detector written to NIST's trojai-example conventions runs unmodified on a zoo round.
 
-``nist_example/`` holds NIST's entrypoint.py and utils/ byte for byte (usnistgov/trojai-example, branch
-baseline-example) and a detector.py in NIST's style: bare ``torch.load`` of the model, ``config.json`` read
-beside it, the NIST schema layout (technique fields at the root, nothing required), and a classifier fitted on
-the round's training dataset. Nothing of assay is imported by it.
+The detector folder is NIST's entrypoint.py and utils/ byte for byte (``examples/trojai-baseline/``, the
+published usnistgov/trojai-example branch baseline-example, checked against upstream's git blob ids in
+``examples/trojai-baseline.json``) and ``nist_example/``: a detector.py in NIST's style (bare
+``torch.load`` of the model, ``config.json`` read beside it), the NIST schema layout (technique fields at
+the root, nothing required), and a classifier fitted on the round's training dataset. Nothing of assay is
+imported by it.
 """
 
 from __future__ import annotations
@@ -26,22 +28,33 @@ from assay.leaderboard.worker import work
 from assay.runner import LocalExecutor
 from assay.store import Job, open_store
 
-EXAMPLE = Path(__file__).parent / "nist_example"
-# sha256 of NIST's files at usnistgov/trojai-example@1e8b348ac75a619c01e08572e4b1e55e6ef58848
-UPSTREAM = {
-    "entrypoint.py": "577a94efab3d85156f366fe1fddecb7ac55608a962312da4c3c6ebb638ee94d9",
-}
+OURS = Path(__file__).parent / "nist_example"
+BASELINE = Path(__file__).parents[2] / "examples" / "trojai-baseline"
+UPSTREAM = json.loads((BASELINE.parent / "trojai-baseline.json").read_text())["files"]
+NISTS = ("entrypoint.py", "utils")  # what the detector takes from NIST's example as it is
 
 pytestmark = pytest.mark.slow
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _blob_id(path: Path) -> str:
+    """git's id of a file's bytes (``git hash-object``), as upstream's tree names them."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def test_entrypoint_is_nists_own():
-    for name, digest in UPSTREAM.items():
-        assert _sha256(EXAMPLE / name) == digest, name
+def detector_folder(dest: Path) -> Path:
+    """NIST's entrypoint.py and utils/ beside our NIST-style detector.py, metaparameters and schema."""
+    shutil.copytree(OURS, dest)
+    for name in NISTS:
+        source = BASELINE / name
+        shutil.copytree(source, dest / name) if source.is_dir() else shutil.copy(source, dest / name)
+    return dest
+
+
+def test_the_baseline_files_are_nists_own():
+    assert len(UPSTREAM) == 12
+    for name, blob in UPSTREAM.items():
+        assert _blob_id(BASELINE / name) == blob, name
 
 
 @pytest.fixture
@@ -70,7 +83,7 @@ def _run(sessions, artifacts: Path, folder: Path, split: str) -> Job:
 
 def test_unmodified_nist_style_detector_scores_on_a_zoo_round(nist_board, small_round: Path, tmp_path: Path):
     sessions, artifacts = nist_board
-    folder = shutil.copytree(EXAMPLE, tmp_path / "detector")
+    folder = detector_folder(tmp_path / "detector")
     (status, log), results, metrics = _run(sessions, artifacts, folder, "test")
     assert status == "done", log
     test_models = sorted(p.name for p in (small_round / "splits" / "test-sequestered" / "models").iterdir())
@@ -88,7 +101,7 @@ def test_unmodified_nist_style_detector_scores_on_a_zoo_round(nist_board, small_
 def test_configure_then_infer_with_learned_parameters(nist_board, small_round: Path, tmp_path: Path):
     """NIST's configure path: --configure_models_dirpath is the folder of id-* models (train/models)."""
     sessions, artifacts = nist_board
-    folder = shutil.copytree(EXAMPLE, tmp_path / "detector")
+    folder = detector_folder(tmp_path / "detector")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     configure = [
@@ -127,7 +140,7 @@ def test_the_infer_word_is_a_round_setting(small_round: Path, tmp_path: Path, mo
         assert made.infer_word and made.source_dataset == str(source.resolve())
         rounds.set_status(session, "worded", "open")
         rounds.add_team(session, "performer")
-    probe = shutil.copytree(EXAMPLE, tmp_path / "probe")
+    probe = detector_folder(tmp_path / "probe")
     # NIST's baseline entrypoint has no --source_dataset_dirpath (its rounds with source data do): a probe
     (probe / "entrypoint.py").write_text(
         "import json, os, sys\n"
