@@ -17,7 +17,8 @@ blob ids). Three submissions, each a step a performer takes, each built from ``d
 3. ``configured``: also the one line of ``detector.py`` that calls ``inference_on_example_data`` (which the
    example leaves raising ``NotImplementedError``) taken out, and ``learned_parameters/`` learned by the
    image's own ``configure`` on the round's training models (the published ``model.bin`` was pickled by a
-   scikit-learn older than 1.3, which no scikit-learn with Python 3.11 wheels reads).
+   scikit-learn older than 1.3; the image's 1.9.1 refuses it: "node array from the pickle has an
+   incompatible dtype").
 
 The definition file's changes, the same in all three (the doc names them): ``From:`` names the stand-in
 (no registry is reachable); ``%post`` checks the imports instead of ``pip install`` (the stand-in has
@@ -289,9 +290,33 @@ def main() -> None:
         build_s, size = build(context_for(variant, work, base, learned), image, env, log, tag)
         row = {"image_bytes": size, "build_s": round(build_s, 1), **submit_and_run(variant, image, env, log)}
         rows = [r for r in rows if r["variant"] != variant] + [row]
-        print(json.dumps({k: v for k, v in row.items() if k != "results"}, indent=1))
+        row["format"] = image_format
         image.unlink()  # 5.5 GB each; the leaderboard keeps its own copy
         saved.write_text(json.dumps(rows, indent=2) + "\n")
+    print(table(rows))
+
+
+def table(rows: list[dict]) -> str:
+    """One line per submission: image, build time, what the leaderboard made of it."""
+    lines = [
+        "| submission | image | build | status | job | answers | cross entropy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        image = f"{row.get('format', '?')} {row['image_bytes'] / 2**30:.2f} GiB"
+        results = row.get("results") or {}
+        answers = sorted({m["answer"] for m in results.get("models", [])})
+        flags = sorted({m["flags"] for m in results.get("models", []) if m["flags"]})
+        status = results.get("status", row["status"])
+        if row.get("refused"):
+            status = f"refused: {row['refused'][0][:90]}"
+        job = f"{row['job_s']:.0f} s" if "job_s" in row else "-"
+        ce = results.get("metrics", {}).get("cross_entropy")
+        shown = ", ".join(map(str, answers)) + (f" ({', '.join(flags)})" if flags else "")
+        ce_text = f"{ce:.4f}" if ce is not None else "-"
+        cells = (row["variant"], image, f"{row['build_s']:.0f} s", status, job, shown, ce_text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
