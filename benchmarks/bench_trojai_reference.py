@@ -47,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trojai_standin import standin_image
 
+from assay.runner.container import ulimit_flags
+
 PROJECT = Path(__file__).resolve().parents[1]
 EXAMPLE = PROJECT / "examples" / "trojai-baseline"
 ASSAY = str(Path(sys.executable).parent / "assay")
@@ -192,7 +194,7 @@ def configure(ref: str, round_dir: Path, work: Path, env: dict[str, str], log: P
             "runc",
             "--network",
             "none",
-            *("--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"),
+            *ulimit_flags(),
         ]
         argv += ["-v", f"{round_dir / 'train' / 'models'}:/models:ro", "-v", f"{learned}:/learned"]
         argv += [ref, "configure", "--scratch_dirpath", "/tmp", "--configure_models_dirpath", "/models"]

@@ -454,21 +454,26 @@ def _hard_limit(kind: int, wanted: int) -> int:
     return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
 
 
+def ulimit_flags() -> list[str]:
+    """``--ulimit`` flags for open files and processes within this host's hard limits: every container
+    podman starts here needs them (detector runs, and image builds' ``RUN`` steps)."""
+    nofile = _hard_limit(resource.RLIMIT_NOFILE, _MAX_NOFILE)
+    nproc = _hard_limit(resource.RLIMIT_NPROC, _MAX_NPROC)
+    return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+
+
 def podman_command(
     spec: ImageSpec, task: Task, image: Image, space: _Space, name: str, wall: float
 ) -> list[str]:
     """``podman run`` for one task: the flags that give it a folder detector's view and limits."""
     limits, inside = task.limits, INSIDE_FOLDERS
-    nofile = _hard_limit(resource.RLIMIT_NOFILE, _MAX_NOFILE)
-    nproc = _hard_limit(resource.RLIMIT_NPROC, _MAX_NPROC)
     argv = [*_podman(spec), "run", "--rm", "--name", name, "--pull", "never", "--systemd", "false"]
     if not limits.network:  # no interface but loopback, and no copy of the host's /etc/hosts
         argv += ["--network", "none", "--no-hosts"]
     argv += ["--hostname", "sandbox", "--ipc", "private", "--read-only", "--read-only-tmpfs=false"]
     argv += ["--cap-drop", "all", "--security-opt", "no-new-privileges"]
     argv += ["--user", f"{os.getuid()}:{os.getgid()}"]
-    argv += ["--pids-limit", str(limits.max_processes), "--ulimit", "core=0:0"]
-    argv += ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+    argv += ["--pids-limit", str(limits.max_processes), "--ulimit", "core=0:0", *ulimit_flags()]
     if limits.memory_bytes is not None:
         argv += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
     argv += ["--log-driver", "passthrough", "--timeout", str(math.ceil(wall) + _BACKSTOP_S)]

@@ -36,7 +36,6 @@ import glob
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import tempfile
@@ -47,15 +46,7 @@ from pathlib import Path, PurePosixPath
 
 from assay.errors import UserError, shown
 from assay.fileio import atomic_path
-from assay.runner.container import (
-    _MAX_NOFILE,
-    _MAX_NPROC,
-    RUNTIME,
-    _call,
-    _error_line,
-    _hard_limit,
-    podman_missing,
-)
+from assay.runner.container import RUNTIME, _call, _error_line, podman_missing, ulimit_flags
 from assay.runner.deffile import (
     Definition,
     FileCopy,
@@ -112,13 +103,6 @@ class _Copy:
 
 def _podman(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return _call(["podman", "--runtime", RUNTIME, *argv], timeout)
-
-
-def _ulimits() -> list[str]:
-    """``--ulimit`` flags within this host's hard limits (runc cannot raise them)."""
-    nofile = _hard_limit(resource.RLIMIT_NOFILE, _MAX_NOFILE)
-    nproc = _hard_limit(resource.RLIMIT_NPROC, _MAX_NPROC)
-    return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
 
 
 def _format(out: Path) -> str:
@@ -186,7 +170,7 @@ def _probe(base: str, paths: list[str], where: str) -> set[str]:
     the runscript need anyway: an image without one is refused here, before building)."""
     script = 'for p in "$@"; do if [ -d "$p" ]; then printf "%s\\n" "$p"; fi; done'
     done = _podman(
-        "run", "--rm", "--pull", "never", "--network", "none", *_ulimits(),
+        "run", "--rm", "--pull", "never", "--network", "none", *ulimit_flags(),
         "--entrypoint", "/bin/sh", base, "-c", script, "probe", *paths,
     )  # fmt: skip
     if done.returncode != 0:
@@ -413,7 +397,7 @@ def base_image(definition: Definition, context: Path, scratch: Path, stack: cont
 
 def _build(folder: Path, definition: Definition, tag: str | None) -> str:
     """``podman build`` of the context; the new image's ID. A failing ``%post`` is the definition's fault."""
-    argv = ["build", "--pull=never", "--network=none", "--layers=false", "--quiet", *_ulimits()]
+    argv = ["build", "--pull=never", "--network=none", "--layers=false", "--quiet", *ulimit_flags()]
     argv += ["--iidfile", str(folder.parent / "image-id"), "--file", str(folder / "Containerfile")]
     for key, value in definition.labels:
         argv += ["--label", f"{key}={value}"]
