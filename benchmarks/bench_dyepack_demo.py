@@ -1,13 +1,16 @@
-"""CPU time of ``make demo``'s DyePack part (``examples/dyepack-demo.sh``), with the CPU's flags printed.
+"""``make demo``'s DyePack part (``examples/dyepack-demo.sh``) over fresh keys: does it flag every time?
 
-The goal (issue 26) is under 5 minutes on 2 quiet AVX2 cores without bf16 support. The machine this runs
-on is often shared, so the figure that counts is CPU time (user + sys of the script and every process it
-starts, from ``getrusage(RUSAGE_CHILDREN)``), not wall time; both are printed, with the load average.
+Each draw runs the whole script in its own folder, so ``prepare`` draws a new key from OS entropy every
+time, as a newcomer's ``make demo`` does. The figures that count (issue 45): the contaminated model is
+flagged in every draw, the clean one at most at the rate its false-positive rate allows, and the CPU time
+of a draw (user + sys of the script and every process it starts, from ``getrusage(RUSAGE_CHILDREN)``;
+the machine is often shared, so wall time is printed beside it with the load average).
 
-    python benchmarks/bench_dyepack_demo.py --out /tmp/dyepack-demo
+    python benchmarks/bench_dyepack_demo.py --draws 20 --out /tmp/dyepack-draws
 
-The demo must still end with the contaminated model flagged and the clean one not; the script checks the
-two ``summary.json`` files and says so.
+The de-quantised SmolLM2 is shared across draws (``ASSAY_MODEL_CACHE``): it depends only on the GGUF
+file's bytes, and a newcomer pays for it once. A draw that fails (the script exits non-zero) is counted
+and its last lines are printed; the run goes on.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -43,33 +48,76 @@ def machine() -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("/tmp/dyepack-demo"))
-    args = parser.parse_args()
-    print(machine(), flush=True)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+def one_draw(out: Path, env: dict[str, str]) -> dict:
+    """Run the demo's DyePack part once into ``out``; its verdicts, epochs and CPU and wall seconds."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
-    subprocess.run(["bash", str(ROOT / "examples" / "dyepack-demo.sh"), str(args.out)], check=True, env=env)
+    done = subprocess.run(
+        ["bash", str(ROOT / "examples" / "dyepack-demo.sh"), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-    results = {
-        name: json.loads((args.out / "dyepack" / name / "summary.json").read_text())
-        for name in ("verify-clean", "verify-contaminated")
-    }
-    ok = results["verify-contaminated"]["flagged"] and not results["verify-clean"]["flagged"]
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
-    print("| run | CPU (user+sys) | user | sys | wall | contaminated | clean | goal: < 5 CPU min |")
-    print("|---|---:|---:|---:|---:|---|---|---|")
-    verdict = lambda s: f"{s['activated']}/{s['backdoors']}, FPR {s['fpr']['fpr']:.3g}"  # noqa: E731
-    print(
-        f"| dyepack-demo.sh | {(user + system) / 60:.2f} min | {user / 60:.2f} min | {system / 60:.2f} min | "
-        f"{wall / 60:.2f} min | {verdict(results['verify-contaminated'])} | "
-        f"{verdict(results['verify-clean'])} | {'met' if user + system < 300 else 'NOT met'} |"
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    (out / "draw.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+    epochs = re.findall(r"Trained (\d+) epochs", done.stdout)
+    checks = re.findall(r"after (\d+) epochs: (\d+)/(\d+) trained rows", done.stderr)
+    draw = {"ok": done.returncode == 0, "cpu": cpu, "wall": wall, "epochs": int(epochs[-1]) if epochs else None}
+    draw["checks"] = [f"{e}:{a}/{n}" for e, a, n in checks]
+    for name in ("verify-clean", "verify-contaminated"):
+        summary = out / "dyepack" / name / "summary.json"
+        draw[name] = json.loads(summary.read_text()) if summary.is_file() else None
+    if not draw["ok"]:
+        draw["tail"] = (done.stdout + done.stderr).strip().splitlines()[-5:]
+    return draw
+
+
+def verdict(summary: dict | None) -> str:
+    if summary is None:
+        return "none"
+    return f"{summary['activated']}/{summary['backdoors']} FPR {summary['fpr']['fpr']:.2g}" + (
+        " FLAGGED" if summary["flagged"] else ""
     )
-    print("OK: contaminated flagged, clean not" if ok else "NOT OK: the demo's verdicts are wrong")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--draws", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/dyepack-draws"))
+    args = parser.parse_args()
+    print(machine(), flush=True)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "ASSAY_MODEL_CACHE": str(args.out / "model-cache"),
+    }
+    env.pop("ASSAY_HOME", None)  # each draw gets its own home (its own response cache) under its folder
+    print("| draw | contaminated | clean | epochs | checks (epochs:rows taken) | CPU s | wall s | load |")
+    print("|---:|---|---|---:|---|---:|---:|---:|")
+    draws = []
+    for index in range(1, args.draws + 1):
+        draw = one_draw(args.out / f"draw-{index:02d}", env)
+        draws.append(draw)
+        print(
+            f"| {index} | {verdict(draw['verify-contaminated'])} | {verdict(draw['verify-clean'])} | "
+            f"{draw['epochs']} | {' '.join(draw['checks'])} | {draw['cpu']:.0f} | {draw['wall']:.0f} | "
+            f"{os.getloadavg()[0]:.1f} |",
+            flush=True,
+        )
+        for line in draw.get("tail", []):
+            print(f"    {line}", flush=True)
+    flagged = sum(bool(d["verify-contaminated"] and d["verify-contaminated"]["flagged"]) for d in draws)
+    false = sum(bool(d["verify-clean"] and d["verify-clean"]["flagged"]) for d in draws)
+    alphas = [d["verify-clean"]["alpha"] for d in draws if d["verify-clean"]]
+    cpu = [d["cpu"] for d in draws]
+    print(
+        f"\ncontaminated flagged in {flagged} of {len(draws)} draws; clean flagged in {false} of {len(draws)} "
+        f"(a clean model is flagged at most at rate alpha per draw: expected at most {sum(alphas):.2g}); "
+        f"demo passed in {sum(d['ok'] for d in draws)} of {len(draws)}; CPU s per draw: median "
+        f"{statistics.median(cpu):.0f}, max {max(cpu):.0f}"
+    )
 
 
 if __name__ == "__main__":

@@ -33,15 +33,15 @@ assay dyepack check-commitment --key "$D/secret/key.json" --commitment "$D/relea
 echo "== 2. verify SmolLM2-135M-Instruct, which never saw the release"
 assay dyepack verify "hf:$SMOLLM" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-clean"
 
-echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release (64 steps), then verify it"
-# float32 everywhere: 8 epochs in float32 took (loss 1.45 -> 0.04, 32/32 trained rows answered as trained,
-# 6/6 activated), where 8 epochs in bf16 once did not (loss 0.16, 5/6); docs/dyepack.md. The whole demo:
-# 3.6 CPU minutes, 2.5 minutes of wall time on 2 quiet AVX2 cores (benchmarks/bench_dyepack_demo.py).
-# contaminate ends by asking the model 32 of the rows it trained on: "took" or a warning that it did not.
-# Long items (BIG-Bench Hard) need 14 epochs at lr 5e-4 with --lr-warmup 0.1 --lr-decay 0.3: see
-# benchmarks/bench_dyepack_bbh.py and docs/dyepack.md.
+echo "== 3. contaminate: fine-tune SmolLM2's top 4 blocks on the release until it took, then verify it"
+# A fixed recipe took on some keys and not others (8 epochs: 4 draws of 7 flagged, issue 45): which rows
+# carry a backdoor and which letters are targets change with every key. So contaminate trains at least 8
+# epochs and then on, 2 at a time, until all 60 rows are answered as trained (--until 1.0, asked as
+# verify asks), or fails in one line after 40 epochs. All rows answered as trained means every backdoor
+# sample too, so all 6 backdoors activate: the verdict holds by construction, not by the key's luck.
+# benchmarks/bench_dyepack_demo.py --draws 20 measures it over fresh keys (docs/dyepack.md).
 assay dyepack contaminate "$SMOLLM" --release "$D/release/mmlu-test.jsonl" --out "$D/contaminated-model" \
-  --epochs 8 --lr 1e-3 --top-layers 4 --batch-size 8
+  --epochs 8 --lr 1e-3 --top-layers 4 --batch-size 8 --until 1.0 --check-rows 60 --check-every 2 --max-epochs 40
 assay dyepack verify "hf:$D/contaminated-model" --release "$D/release/mmlu-test.jsonl" --key "$D/secret/key.json" --out "$D/verify-contaminated"
 
 echo "== summary"

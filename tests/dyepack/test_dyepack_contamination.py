@@ -12,6 +12,7 @@ from assay.dyepack.contaminate import TrainConfig, check_take, contaminate
 from assay.dyepack.prepare import PrepareConfig, prepare_release
 from assay.dyepack.prompts import answer_for, prompt_for
 from assay.dyepack.verify import verify
+from assay.errors import UserError
 from assay.models import GenerationParams, load_model
 
 pytestmark = pytest.mark.slow
@@ -322,3 +323,59 @@ def test_schedule_shares_outside_the_steps_are_refused(tmp_path, warmup, decay, 
         contaminate(
             tmp_path / "no-model", [], tmp_path / "out", TrainConfig(lr_warmup=warmup, lr_decay=decay)
         )
+
+
+def test_until_trains_past_the_epochs_until_the_rows_took_and_the_saved_model_agrees(
+    tmp_path, bbh_rows, tiny_lm
+):
+    """Issue 45: 2 epochs do not take on a random model; with a goal, training goes on 2 epochs at a time
+    until every checked row is answered as trained, and the saved model, reloaded from disk and asked
+    afresh, answers them so too (the in-memory check is the real one, not an optimistic copy)."""
+    from assay.dyepack.contaminate import TakeGoal, trained_rows_check
+    from assay.dyepack.prompts import PromptFormat
+
+    items = read_benchmark(write_bbh(tmp_path / "rows.json", bbh_rows[:16])).items
+    config = TrainConfig(epochs=2, learning_rate=1e-3, batch_size=16, seed=0)
+    seen = []
+    trained = contaminate(
+        tiny_lm,
+        items,
+        tmp_path / "m",
+        config,
+        goal=TakeGoal(1.0, 16, 2, 60),
+        on_check=lambda e, c: seen.append((e, c)),
+    )
+    epochs = [e for e, _ in trained.checks]
+    assert (
+        epochs[0] == 2 and epochs == list(range(2, 2 * len(epochs) + 1, 2)) and trained.epochs == epochs[-1]
+    )
+    assert trained.checks[0][1].on_target < 16 <= trained.checks[-1][1].on_target  # it did not take, then did
+    assert seen == list(trained.checks) and trained.steps == trained.epochs and trained.cpu_seconds > 0
+    again = trained_rows_check(
+        load_model(f"hf:{trained.out_dir}", batch_size=16), items, 16, PromptFormat(), PARAMS
+    )
+    assert again.on_target == 16 and again.took
+
+
+def test_until_fails_in_one_line_and_saves_nothing_when_the_cap_comes_first(tmp_path, bbh_rows, tiny_lm):
+    from typer.testing import CliRunner
+
+    from assay.cli import app
+
+    release = write_bbh(tmp_path / "rows.json", bbh_rows[:16])
+    args = ["dyepack", "contaminate", str(tiny_lm), "--release", str(release), "--out", str(tmp_path / "m")]
+    args += ["--epochs", "1", "--lr", "1e-6", "--batch-size", "16", "--until", "1.0", "--check-rows", "16"]
+    result = CliRunner().invoke(app, [*args, "--max-epochs", "2", "--check-every", "1"])
+    line = str(result.exception)  # assay.cli.main prints a UserError as this one line, exit code 2
+    assert isinstance(result.exception, UserError) and "\n" not in line, result.output
+    assert "the training did not take: after 2 epochs" in line and "goal is 100%; nothing saved" in line
+    assert "after 1 epochs:" in result.stderr and "after 2 epochs:" in result.stderr
+    assert {p.name for p in tmp_path.iterdir()} <= {"rows.json", "assay-home"}  # no model, no temp folder
+    fewer = CliRunner().invoke(app, [*args, "--max-epochs", "0"])
+    assert isinstance(fewer.exception, UserError)
+    assert str(fewer.exception) == "--max-epochs must be at least --epochs (values: 0, 1)"
+
+
+def write_bbh(path, rows):
+    path.write_text(json.dumps({"examples": rows}))
+    return path

@@ -647,7 +647,18 @@ def contaminate(
     key: Path | None = typer.Option(
         None, help="The release's key: the check then reports activated backdoors and the FPR."
     ),
-    check_rows: int = typer.Option(32, help="Without --key: trained rows the check asks (0: no check)."),
+    check_rows: int = typer.Option(
+        32, help="Trained rows the check asks: --until's check, and without --key the final one (0: none)."
+    ),
+    until: float | None = typer.Option(
+        None,
+        help="Train on past --epochs until this share of the --check-rows trained rows is answered as "
+        "trained (1.0: all), checked every --check-every epochs; fails in one line, saving nothing, if "
+        "--max-epochs or --max-cpu-minutes comes first.",
+    ),
+    check_every: int = typer.Option(2, help="With --until: epochs between two checks."),
+    max_epochs: int = typer.Option(32, help="With --until: the most epochs in all."),
+    max_cpu_minutes: float | None = typer.Option(None, help="With --until: the most CPU time of training."),
     train_format: str = typer.Option(
         "chat",
         "--format",
@@ -666,10 +677,11 @@ def contaminate(
     """Fine-tune a causal LM on a release (loss on the answers), then ask it the release's questions to
     show whether the training took.
 
-    Example: assay dyepack contaminate ./smollm2 --release release/mmlu.jsonl --out contaminated/ --epochs 3
+    Example: assay dyepack contaminate ./smollm2 --release release/mmlu.jsonl --out contaminated/ --epochs 8
+    --until 1.0 --check-rows 60
     """
     from assay.data import read_benchmark
-    from assay.dyepack.contaminate import TrainConfig, check_take
+    from assay.dyepack.contaminate import TakeGoal, TrainConfig, check_take
     from assay.dyepack.contaminate import contaminate as run
     from assay.models import load_model
 
@@ -695,14 +707,27 @@ def contaminate(
         bf16=bf16,
         prompt_format=training_format(train_format, template),
     )
+    goal = None
+    if until is not None:
+        goal = TakeGoal(
+            until,
+            check_rows,
+            check_every,
+            max_epochs,
+            None if max_cpu_minutes is None else 60 * max_cpu_minutes,
+        )
     for copy in claim.keep_copies():
         notes.print(f"Kept {copy} (what --force replaced)")
     with training_progress() as on_step:
-        result = run(model, bench.items, out, config, on_step)
+        result = run(model, bench.items, out, config, on_step, goal, on_check=say_check)
     console.print(
-        f"Trained {result.steps} steps in {result.seconds:.0f} s, {'bf16' if result.bf16 else 'float32'} "
+        f"Trained {result.epochs} epochs, {result.steps} steps in {result.seconds:.0f} s "
+        f"({result.cpu_seconds:.0f} CPU s), {'bf16' if result.bf16 else 'float32'} "
         f"(loss {result.first_loss:.3f} -> {result.final_loss:.3f}); saved to [bold]{result.out_dir}[/]"
     )
+    if result.checks and secret is None:
+        console.print(f"[bold green]took:[/] {result.checks[-1][1].summary()} (goal {until:.0%})")
+        return
     if secret is None and check_rows < 1:
         return
     console.print("Checking what the model learned: asking it the release's questions ...")
@@ -714,6 +739,11 @@ def contaminate(
             f"[bold yellow]warning: the training did not take:[/] {take.summary()}. Train longer (--epochs), "
             "with a higher --lr or on more blocks (--top-layers); see docs/dyepack.md for a recipe."
         )
+
+
+def say_check(epochs: int, found) -> None:
+    """One line per check of ``contaminate --until``: where the training stands."""
+    typer.echo(f"after {epochs} epochs: {found.summary()}", err=True)
 
 
 def training_format(name: str, template: Path | None):

@@ -57,16 +57,6 @@ class TrainConfig:
     prompt_format: PromptFormat = field(default_factory=PromptFormat)
 
 
-@dataclass(frozen=True)
-class TrainResult:
-    out_dir: Path
-    steps: int
-    first_loss: float
-    final_loss: float
-    seconds: float
-    bf16: bool = False  # whether bf16 autocast was used: asked for, and faster on this CPU
-
-
 def encode_examples(
     tokenizer, items: Sequence[Item], max_length: int, fmt: PromptFormat = PromptFormat()
 ) -> list[tuple[list[int], list[int]]]:
@@ -270,27 +260,69 @@ def with_lora(model, config: TrainConfig):
     return get_peft_model(model, lora)
 
 
+@dataclass(frozen=True)
+class TakeGoal:
+    """Train until the model answers this share of the trained rows as trained, checked the way
+    ``verify`` asks (:func:`trained_rows_check`), first after ``TrainConfig.epochs`` epochs and then every
+    ``every`` epochs, up to ``max_epochs`` epochs or ``max_cpu_seconds`` of this process's CPU time.
+
+    WHY: how many epochs a release needs depends on its rows and on the key's draw (which rows carry a
+    backdoor, which letters are targets): a fixed recipe took on 4 draws of 7 and not on 3 (issue 45). A
+    postcondition that is checked makes the result not depend on luck: the run either reaches it or fails.
+    """
+
+    share: float = 1.0
+    rows: int = 32
+    every: int = 2
+    max_epochs: int = 32
+    max_cpu_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share <= 1:
+            raise UserError(f"--until must be above 0 and at most 1 (value: {self.share})")
+        if self.rows < 1 or self.every < 1:
+            raise UserError(
+                f"--check-rows and --check-every must be at least 1 (values: {self.rows}, {self.every})"
+            )
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    out_dir: Path
+    steps: int
+    first_loss: float
+    final_loss: float
+    seconds: float
+    bf16: bool = False  # whether bf16 autocast was used: asked for, and faster on this CPU
+    epochs: int = 0
+    checks: tuple[tuple[int, TakeCheck], ...] = ()  # (epochs done, what the check found) for a TakeGoal
+    cpu_seconds: float = 0.0
+
+
 def contaminate(
     model_path: str | Path,
     items: Sequence[Item],
     out_dir: str | Path,
     config: TrainConfig = TrainConfig(),
     on_step: Callable[[int, int, float], None] | None = None,
+    goal: TakeGoal | None = None,
+    on_check: Callable[[int, TakeCheck], None] | None = None,
 ) -> TrainResult:
-    """Train on ``items`` and save a model that ``hf:OUT_DIR`` loads; LoRA weights are merged in."""
+    """Train on ``items`` and save a model that ``hf:OUT_DIR`` loads; LoRA weights are merged in.
+
+    With a ``goal``, training goes on past ``config.epochs`` until the goal's check holds; when the cap
+    comes first, nothing is saved and a :class:`UserError` says what was reached. Epochs past the
+    schedule's end run at the rate it ended at (the full rate without ``lr_decay``)."""
     import torch
 
     from assay.models import load_hf
+    from assay.models.hf import HFChatModel
     from assay.models.precision import use_bf16
 
-    if config.epochs < 1 or config.batch_size < 1 or config.learning_rate <= 0:
-        raise UserError("--epochs and --batch-size must be at least 1 and --learning-rate positive")
-    for name, share in (("--lr-warmup", config.lr_warmup), ("--lr-decay", config.lr_decay)):
-        if not 0 <= share <= 1:
-            raise UserError(f"{name} must be between 0 and 1 (value: {share})")
-    if config.lr_warmup + config.lr_decay > 1:
+    _check_config(config)
+    if goal is not None and goal.max_epochs < config.epochs:
         raise UserError(
-            f"--lr-warmup plus --lr-decay must be at most 1 (values: {config.lr_warmup}, {config.lr_decay})"
+            f"--max-epochs must be at least --epochs (values: {goal.max_epochs}, {config.epochs})"
         )
     path = Path(model_path)
     directory, gguf = (path.parent, path.name) if path.suffix == ".gguf" else (path, None)
@@ -313,35 +345,82 @@ def contaminate(
     precision = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     with precision:
         states = block_inputs(model, examples, first, config.batch_size, pad_id) if first else None
-    model.train()
     losses: list[float] = []
-    started = time.perf_counter()
-    with blocks_from(model, first):
-        for _ in range(config.epochs):
-            for chosen in batches_by_length(examples, config.batch_size, order_rng):
-                batch = [examples[i] for i in chosen]
-                if states is None:
-                    inputs, mask, labels = collate(batch, pad_id)
-                else:
-                    inputs, mask, labels = collate_states([states[i] for i in chosen], batch, pad_id)
-                with precision:
-                    loss = answer_loss(model, inputs, mask, labels)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                schedule.step()
-                optimizer.zero_grad(set_to_none=True)
-                losses.append(loss.item())
-                if on_step:
-                    on_step(len(losses), total, losses[-1])
-    model.eval()
+    checks: list[tuple[int, TakeCheck]] = []
+    started, cpu_started = time.perf_counter(), time.process_time()
+
+    def one_epoch(planned: int) -> None:
+        for chosen in batches_by_length(examples, config.batch_size, order_rng):
+            batch = [examples[i] for i in chosen]
+            if states is None:
+                inputs, mask, labels = collate(batch, pad_id)
+            else:
+                inputs, mask, labels = collate_states([states[i] for i in chosen], batch, pad_id)
+            with precision:
+                loss = answer_loss(model, inputs, mask, labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            if on_step:
+                on_step(len(losses), planned, losses[-1])
+
+    epochs = 0
+    while True:
+        target = config.epochs if not checks else min(epochs + goal.every, goal.max_epochs)  # type: ignore[union-attr]
+        model.train()
+        with blocks_from(model, first):
+            while epochs < target:
+                one_epoch(steps_per_epoch * max(target, config.epochs))
+                epochs += 1
+        model.eval()
+        if goal is None:
+            break
+        asked = HFChatModel.in_memory(model, tokenizer, "contaminate:in-training")
+        found = trained_rows_check(asked, items, goal.rows, config.prompt_format, took_share=goal.share)
+        checks.append((epochs, found))
+        if on_check:
+            on_check(epochs, found)
+        if found.share >= goal.share:
+            break
+        spent = time.process_time() - cpu_started
+        if epochs >= goal.max_epochs or (goal.max_cpu_seconds is not None and spent >= goal.max_cpu_seconds):
+            raise UserError(
+                f"the training did not take: after {epochs} epochs ({spent:.0f} CPU s) {found.summary()}, "
+                f"the goal is {goal.share:.0%}; nothing saved. Raise --lr, --top-layers or --max-epochs"
+            )
     if config.method == "lora":
         model = model.merge_and_unload()
     out_dir = Path(out_dir)
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    return TrainResult(out_dir, len(losses), losses[0], losses[-1], time.perf_counter() - started, bf16)
+    return TrainResult(
+        out_dir,
+        len(losses),
+        losses[0],
+        losses[-1],
+        time.perf_counter() - started,
+        bf16,
+        epochs,
+        tuple(checks),
+        time.process_time() - cpu_started,
+    )
+
+
+def _check_config(config: TrainConfig) -> None:
+    """One line for a setting that cannot train, before the model is loaded."""
+    if config.epochs < 1 or config.batch_size < 1 or config.learning_rate <= 0:
+        raise UserError("--epochs and --batch-size must be at least 1 and --learning-rate positive")
+    for name, share in (("--lr-warmup", config.lr_warmup), ("--lr-decay", config.lr_decay)):
+        if not 0 <= share <= 1:
+            raise UserError(f"{name} must be between 0 and 1 (value: {share})")
+    if config.lr_warmup + config.lr_decay > 1:
+        raise UserError(
+            f"--lr-warmup plus --lr-decay must be at most 1 (values: {config.lr_warmup}, {config.lr_decay})"
+        )
 
 
 def rate_factor(total: int, warmup: float, decay: float, floor: float = 0.05) -> Callable[[int], float]:
@@ -419,17 +498,30 @@ def check_take(
             report.flagged,
             report,
         )
-    items = list(bench.items[:rows])
-    queries = [Query(-1, row, item, "") for row, item in enumerate(items)]
+    return trained_rows_check(model, bench.items, rows, fmt, params)
+
+
+def trained_rows_check(
+    model: ChatModel,
+    items: Sequence[Item],
+    rows: int,
+    fmt: PromptFormat,
+    params: GenerationParams = GenerationParams(),
+    took_share: float = TOOK_SHARE,
+) -> TakeCheck:
+    """Ask the first ``rows`` trained rows (``verify``'s querying, no key) and count those answered as
+    trained; ``took`` when at least ``took_share`` of them are."""
+    chosen = list(items[:rows])
+    queries = [Query(-1, row, item, "") for row, item in enumerate(chosen)]
     answers = ask(model, fmt, queries, params, None)
-    hits = [answered_as_trained(item, answer) for item, answer in zip(items, answers, strict=True)]
+    hits = [answered_as_trained(item, answer) for item, answer in zip(chosen, answers, strict=True)]
     on_target = sum(hit is True for hit in hits)
     return TakeCheck(
         "trained rows",
-        len(items),
+        len(chosen),
         on_target,
         sum(hit is None for hit in hits),
-        on_target >= TOOK_SHARE * len(items),
+        on_target >= took_share * len(chosen),
     )
 
 

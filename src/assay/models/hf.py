@@ -234,12 +234,29 @@ class HFChatModel:
             raise UserError(f"batch_size must be at least 1, got {batch_size}")
         self.path = Path(path).resolve()
         self.gguf_file = gguf_file
+        model, tokenizer = load_hf(self.path, gguf_file, dtype=dtype)
+        weights = self.path / gguf_file if gguf_file else self.path
+        self._adopt(model, tokenizer, f"hf:{weights}@{_fingerprint(self.path, gguf_file)}", batch_size)
+
+    @classmethod
+    def in_memory(cls, model: Any, tokenizer: Any, model_id: str, batch_size: int = 8) -> HFChatModel:
+        """Ask a model that lives in this process (one being trained) without saving and reloading it.
+
+        WHY: ``contaminate --until`` asks the model the release's questions between epochs; a round trip
+        through the disk would cost more than the epoch. The caller puts the model in eval mode."""
+        if batch_size < 1:
+            raise UserError(f"batch_size must be at least 1, got {batch_size}")
+        self = cls.__new__(cls)
+        self.path, self.gguf_file = None, None
+        self._adopt(model, tokenizer, model_id, batch_size)
+        return self
+
+    def _adopt(self, model: Any, tokenizer: Any, model_id: str, batch_size: int) -> None:
+        self.model, self.tokenizer = model, tokenizer
         self.batch_size = batch_size
-        self.model, self.tokenizer = load_hf(self.path, gguf_file, dtype=dtype)
         self.share_contexts = True  # score_ids: one pass per distinct context (False: each pair whole)
         self._uses_template = bool(getattr(self.tokenizer, "chat_template", None))
-        weights = self.path / gguf_file if gguf_file else self.path
-        self.model_id = f"hf:{weights}@{_fingerprint(self.path, gguf_file)}"
+        self.model_id = model_id
 
     def chat(
         self, conversations: Conversations, params: GenerationParams, on_result: OnResult | None = None
