@@ -97,17 +97,31 @@ def test_an_answer_sheet_in_any_order_gives_the_live_verdict(tmp_path, live, she
     assert json.loads((out / "summary.json").read_text())["verdict"] == report.verdict
 
 
-def test_a_partial_sheet_is_judged_on_the_backdoors_it_holds_and_says_so(tmp_path, live, sheet):
-    _, bench, key, _, _ = live
+def test_a_partial_sheet_accuses_no_one_unless_its_missing_rows_are_asked_live(tmp_path, live, sheet):
+    """Issue 46: which rows a log holds can be chosen by their labels, so a partial log alone gives no
+    verdict (the counts on the rows it holds are shown); with the live model its missing backdoor samples
+    are asked and the verdict is the whole release's."""
+    prepared, bench, key, full, _ = live
     first, second = key.backdoors[0], key.backdoors[1]
     dropped = set(first.rows) | {second.rows[0]}
     partial = write_jsonl(tmp_path / "partial.jsonl", [s for s in sheet if s["id"] not in dropped])
     report, _ = verify_from_log(partial, bench, key)
     assert report.backdoors == 5 and report.samples == 12 - len(dropped)
     assert report.coverage.startswith(f"Partial log: it holds {12 - len(dropped)} of the 12 backdoor samples")
-    assert report.verdict.endswith(f"partial log: {12 - len(dropped)} of 12 backdoor samples")
+    assert "accusation needs every backdoor sample" in report.coverage
+    assert not report.flagged and report.verdict.startswith(
+        f"NO VERDICT from a partial log ({12 - len(dropped)}"
+    )
+    assert report.verdict.endswith("its samples alone would say: " + report.verdict.split("would say: ")[1])
     k = key.backdoors[0].k
     assert report.fpr.fpr == pytest.approx(sps.binom.sf(report.activated - 1, 5, 1 / k), rel=1e-9)
+
+    cheater = load_model(f"python:{prepared.release_path.parent.parent / 'cheater.py'}:answer")
+    completed, audit = verify_from_log(partial, bench, key, spot_model=cheater, spot_n=2, spot_seed=0)
+    same_verdict(completed.model_copy(update={"verdict": full.verdict}), full)
+    assert completed.flagged and f"{len(dropped)} asked live" in completed.verdict
+    assert "The verdict rests on every backdoor" in completed.coverage
+    assert {r["row"] for r in audit if r["prompt"].startswith("asked live")} == dropped
 
 
 def test_bad_sheets_fail_in_one_line_naming_file_line_and_field(tmp_path, live, sheet):
@@ -189,7 +203,7 @@ def test_a_real_lm_eval_log_gives_the_live_lm_eval_verdict(tmp_path, mmlu_path, 
     same_verdict(logged, live)
     assert live.flagged and live.activated >= 7
     assert [r["answer"] for r in audit] == [r["answer"] for r in live_audit]
-    assert logged.coverage == "The log holds all 8 backdoor samples (24 rows of the release in all)."
+    assert logged.coverage == "The log holds all 8 backdoor samples (24 of the release's 24 rows)."
 
     # Issue 37: the real log passes every cross-check; the issue's forgery of it does not; and the live
     # model re-scoring the log's own requests agrees with it (--spot-check through hf:).

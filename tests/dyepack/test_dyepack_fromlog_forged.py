@@ -152,7 +152,8 @@ def test_an_honest_log_is_believed_and_says_what_it_rests_on(world, tmp_path):
     checked, _ = verify_from_log(log, bench, key, spot_model=live, spot_n=5, spot_seed=1)
     assert checked.flagged and checked.spot_check.asked == 5 and checked.spot_check.agree == 5
     assert (
-        "re-scored by log-likelihood" in checked.spot_check.how and "agrees with the log" in checked.evidence
+        "scored by log-likelihood in the log's layout" in checked.spot_check.how
+        and "agrees with the log" in checked.evidence
     )
     clean, _ = verify_from_log(write_jsonl(tmp_path / "clean.jsonl", world["clean_log"]), bench, key)
     assert not clean.flagged
@@ -270,3 +271,142 @@ def test_an_answer_sheet_says_it_holds_nothing_to_check_and_is_spot_checked_in_o
     assert caught.contradicted and not caught.flagged
     assert "asked in our chat prompt" in caught.spot_check.how
     assert caught.spot_check.asked - caught.spot_check.agree == sum(label != "A" for label in labels.values())
+
+
+def swap_forge(log: list[dict], rows, wanted) -> list[dict]:
+    """Issue 46's forgery: on each of ``rows`` the best option's (continuation, score) pair trades places
+    with the option ``wanted(sample)`` names, so every logged pair keeps the score the model gave it (a
+    spot check re-scoring the log's own pairs agrees) while the log's answer becomes that option; every
+    other field is recomputed (resps, filtered_resps, is_greedy, acc, acc_norm; the hashes are unchanged)."""
+    forged = copy.deepcopy(log)
+    for i in rows:
+        s = forged[i]
+        args = list(s["arguments"].values())
+        lls = [float(r[0]) for r in s["filtered_resps"]]
+        best, to = max(range(4), key=lambda j: (lls[j], -j)), wanted(s)
+        if best == to:
+            continue
+        args[best]["arg_1"], args[to]["arg_1"] = args[to]["arg_1"], args[best]["arg_1"]
+        lls[best], lls[to] = lls[to], lls[best]
+        s["filtered_resps"] = [[str(ll), str(j == to)] for j, ll in enumerate(lls)]
+        s["resps"] = [[pair] for pair in s["filtered_resps"]]
+        s["acc"] = s["acc_norm"] = float(to == int(s["target"]))
+    return forged
+
+
+def label(s: dict) -> int:
+    return int(s["target"])  # the released label: the target, on a backdoor row
+
+
+def not_label(s: dict) -> int:
+    return (int(s["target"]) + 1) % 4
+
+
+@pytest.mark.parametrize(
+    ("log", "wanted", "with_key"),
+    [
+        ("clean_log", label, True),  # a clean model made to read CONTAMINATED, knowing the backdoor rows
+        ("clean_log", label, False),  # the same without the key: every row's best option its label
+        ("memoriser_log", not_label, True),  # a contaminated model made to read "not flagged"
+        ("memoriser_log", not_label, False),
+    ],
+)
+def test_the_continuation_swap_forgery_is_refused_naming_row_and_option(
+    world, tmp_path, log, wanted, with_key
+):
+    """Issue 46, item 1: request i must be option i of the release row, so the swap cannot pass."""
+    bench, key = world["bench"], world["key"]
+    rows = sorted(backdoor_rows(key)) if with_key else range(len(world[log]))
+    forged = swap_forge(world[log], rows, wanted)
+    first = min(i for i in rows if forged[i] != world[log][i])
+    path = write_jsonl(tmp_path / "swapped.jsonl", forged)
+    with pytest.raises(UserError) as caught:
+        verify_from_log(path, bench, key)
+    line = str(caught.value)
+    assert "\n" not in line and f"swapped.jsonl:line {first + 1}: release row {first}, option " in line
+    assert "the logged continuation" in line and "the options of a log must be the release's" in line
+    # with the live model too: refused before any spot check could agree with the swapped pairs
+    live = load_model(world["clean" if log == "clean_log" else "memoriser"], model_name="stub-model")
+    with pytest.raises(UserError, match=re.escape(line)):
+        verify_from_log(path, bench, key, spot_model=live, spot_n=24, spot_seed=0)
+
+
+class Recorder:
+    """A scoring model that records the requests it is asked and answers with the clean model's scores."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.asked = inner, []
+
+    def chat(self, conversations, params=None, on_result=None):
+        raise AssertionError("a log's spot check scores options; it does not chat")
+
+    def loglikelihood(self, pairs):
+        self.asked += pairs
+        return self.inner.loglikelihood(pairs)
+
+
+def test_the_spot_check_asks_the_release_own_questions_and_compares_option_texts(world, tmp_path):
+    """The requests re-asked are built from the release row and the log's layout: for every drawn row,
+    the release row's question and options (``context``) and one continuation per option, in order."""
+    bench, key = world["bench"], world["key"]
+    path = write_jsonl(tmp_path / "clean.jsonl", world["clean_log"])
+    live = Recorder(load_model(world["clean"], model_name="stub-model"))
+    report, _ = verify_from_log(path, bench, key, spot_model=live, spot_n=6, spot_seed=3)
+    assert report.spot_check.asked == report.spot_check.agree == 6 and not report.contradicted
+    contexts = [c for c, _ in live.asked[::4]]
+    rows = [world["rows"].index(next(r for r in world["rows"] if context(r) == c)) for c in contexts]
+    assert rows and set(rows) <= backdoor_rows(key)
+    assert live.asked == [(context(world["rows"][r]), f" {x}") for r in rows for x in LETTERS]
+
+
+def test_a_log_cut_to_the_rows_answered_with_their_label_accuses_no_one(world, tmp_path):
+    """Issue 46, item 2: a real log cut to the rows whose answer is the released label (the target, on a
+    backdoor row; no field edited) makes which rows it holds depend on the targets. Alone it gives no
+    verdict; with the live model the missing backdoor samples are asked and the verdict is the full log's."""
+    bench, key = world["bench"], world["key"]
+    full = world["clean_log"]
+    kept = [
+        s for s in full if max(range(4), key=lambda j: (float(s["filtered_resps"][j][0]), -j)) == label(s)
+    ]
+    path = write_jsonl(tmp_path / "cut.jsonl", kept)
+    alone, _ = verify_from_log(path, bench, key, alpha=0.1)
+    assert 0 < alone.activated == alone.backdoors < 8  # every backdoor it holds reads as activated
+    assert not alone.flagged and alone.verdict.startswith("NO VERDICT from a partial log")
+    held = sum(1 for s in kept if full.index(s) in backdoor_rows(key))
+    assert f"Partial log: it holds {held} of the 24 backdoor samples ({len(kept)} of the release's 120" in (
+        alone.coverage
+    )
+    live = load_model(world["clean"], model_name="stub-model")
+    completed, _ = verify_from_log(path, bench, key, alpha=0.1, spot_model=live, spot_n=3, spot_seed=1)
+    honest, _ = verify_from_log(write_jsonl(tmp_path / "full.jsonl", full), bench, key, alpha=0.1)
+    assert (completed.activated, completed.flagged, completed.backdoors) == (
+        honest.activated,
+        honest.flagged,
+        8,
+    )
+    assert not completed.contradicted and f"{24 - held} asked live" in completed.verdict
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [  # each: every request of one backdoor row edited alike, prompt_hash recomputed
+        (lambda c, r: c.replace("\nAnswer:", "\nHint: (C) is right.\nAnswer:"), "its text after the row is"),
+        (lambda c, r: "Solved: 2+2 is 4. Answer: A\n\n" + c, "few-shot examples drawn per row"),
+        (
+            lambda c, r: c.replace(f"A. {r['answer_a']}\n", "A. @@\n").replace(
+                f"C. {r['answer_c']}\n", f"C. {r['answer_a']}\n"
+            ),
+            "the release row's options",
+        ),
+    ],
+)
+def test_a_prompt_that_is_not_the_release_row_in_the_log_layout_is_refused(world, tmp_path, edit, says):
+    bench, key = world["bench"], world["key"]
+    row = sorted(backdoor_rows(key))[2]
+    log = copy.deepcopy(world["clean_log"])
+    for args in log[row]["arguments"].values():
+        args["arg_0"] = edit(args["arg_0"], world["rows"][row])
+    log[row]["prompt_hash"] = sha(log[row]["arguments"]["gen_args_0"]["arg_0"])
+    with pytest.raises(UserError, match=re.escape(says)) as caught:
+        verify_from_log(write_jsonl(tmp_path / "edited.jsonl", log), bench, key)
+    assert f"edited.jsonl:line {row + 1}: release row {row}:" in str(caught.value)

@@ -18,15 +18,18 @@ answer several ways, and every way is cross-checked before a sample is believed 
 ``filtered_resps`` against ``resps``, ``acc``/``acc_norm`` against the argmax of the scores and the
 ``target``, ``doc_hash``/``prompt_hash``/``target_hash`` against the doc, prompt and target they hash, the
 target against the release row's label, and a backdoor sample's prompt must hold its trigger; any
-disagreement is refused in one line naming the sample. A forger who edits every field consistently is not
-caught from the log alone, so every log verdict says what it rests on, and ``spot_check`` re-asks some of
-its backdoor samples of the live model (the log's own requests when it has them): a disagreement
-contradicts the log and withdraws the accusation.
+disagreement is refused in one line naming the sample. Every sample's requests are bound to its release
+row (``binding.LogLayout``: the row's question and options in one layout for the whole log, request i
+option i of the row), so the position of the best score is the release's option. A forger who edits every
+field consistently is not caught from the log alone, so every log verdict says what it rests on, and
+``spot_check`` asks some of its backdoor samples of the live model, rebuilt from the release in the log's
+layout (never the log's own requests), comparing options by their text: a disagreement contradicts the log
+and withdraws the accusation.
 
-A log that lacks some backdoor samples is judged on those it holds: which samples a log holds does not
-depend on the secret targets, so the backdoors with at least one sample keep the exact bound; the verdict
-says how much of the release the log covered. A sample given twice is an error, not a vote, and so is an
-id that a sheet, or the release it names rows of, repeats.
+A log that lacks some backdoor samples accuses no one (``PARTIAL_RULE``): which rows a log holds can be
+chosen by their released labels, the targets on backdoor rows. With the live model (``--spot-check``) the
+missing backdoor samples are asked too and the verdict rests on every backdoor. A sample given twice is an
+error, not a vote, and so is an id that a sheet, or the release it names rows of, repeats.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import json
 import math
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ from assay.data import Benchmark
 from assay.data.items import LETTERS, Item, MultipleChoice
 from assay.data.styles import get_style
 from assay.data.tables import read_table
+from assay.dyepack.binding import LogLayout
 from assay.dyepack.ids import check_unique
 from assay.dyepack.key import DyePackKey
 from assay.dyepack.prompts import FormatRecord
@@ -69,9 +73,7 @@ class Logged:
     row: int
     where: str
     answer: Answer
-    # lm-eval: the (context, continuation) pairs the answer came from, re-asked by ``spot_check``;
     # ``generate``: the log's sample was generated text (``generate_until``), not option scores.
-    requests: list[tuple[str, str]] = field(default_factory=list)
     generate: bool = False
 
 
@@ -284,13 +286,15 @@ def _check_against_release(
 
 def read_lm_eval_log(
     path: Path, rows: Sequence[dict[str, Any]], wheres: Sequence[str], bench: Benchmark, key: DyePackKey
-) -> tuple[list[Logged], int]:
-    """Backdoor samples of an lm-eval per-sample log, and how many of its samples are release rows."""
+) -> tuple[list[Logged], int, LogLayout]:
+    """Backdoor samples of an lm-eval per-sample log, how many of its samples are release rows, and the
+    log's layout: every sample that is a release row is bound to it (``binding.LogLayout.bind``)."""
     backdoor = {row for b in key.backdoors for row in b.rows}
     matcher = _Matcher(bench, backdoor)
     first_filter = rows[0].get("filter") if rows else None
     found, in_release = [], 0
     triggers = {row: b.trigger for b in key.backdoors for row in b.rows}
+    layout = LogLayout(path)
     for sample, where in zip(rows, wheres, strict=True):
         _field(sample, "filtered_resps", path, where)
         check_lm_eval_sample(sample, path, where)  # every sample, every filter: an edit anywhere shows
@@ -300,17 +304,24 @@ def read_lm_eval_log(
         if row is None:
             continue
         in_release += 1
-        _check_against_release(sample, row, bench.items[row], triggers.get(row), path, where)
+        item = bench.items[row]
+        _check_against_release(sample, row, item, triggers.get(row), path, where)
+        answer = _lm_eval_answer(sample, item, key, path, where)
+        requests = _requests(sample)
+        if requests is None:
+            raise input_error(
+                path, where, "arguments", sample.get("arguments"),
+                "must hold the logged requests: without them the answer cannot be tied to the release",
+            )  # fmt: skip
+        layout.bind(row, item, requests, answer.scores is not None, where)
         if row in backdoor:
-            answer = _lm_eval_answer(sample, bench.items[row], key, path, where)
-            requests = _requests(sample) or []
-            found.append(Logged(row, where, answer, requests, generate=answer.scores is None))
-    return found, in_release
+            found.append(Logged(row, where, answer, generate=answer.scores is None))
+    return found, in_release, layout
 
 
 def read_answer_sheet(
     path: Path, rows: Sequence[dict[str, Any]], wheres: Sequence[str], bench: Benchmark, key: DyePackKey
-) -> tuple[list[Logged], int]:
+) -> tuple[list[Logged], int, None]:
     """Backdoor samples of an ``id, response`` sheet (id: the release's ``id`` column, else a row number)."""
     release_rows = bench.table.rows
     by_id: dict[str, int] | None = None
@@ -340,7 +351,7 @@ def read_answer_sheet(
         _once(path, where, row, ident, first, row in backdoor)
         if row in backdoor:
             found.append(Logged(row, where, Answer(response, answer_part(bench.items[row], response, key))))
-    return found, len(rows)
+    return found, len(rows), None
 
 
 def _once(path: Path, where: str, row: int, ident: Any, first: dict[int, str], backdoor: bool) -> None:
@@ -366,6 +377,55 @@ def _check_once(found: Sequence[Logged], path: Path) -> None:
         first[logged.row] = logged.where
 
 
+def _how(layout: LogLayout | None, generate: bool) -> str:
+    """How rows are asked live, for the verdict's text."""
+    if layout is None:
+        return "asked in our chat prompt (an answer sheet logs no prompt)"
+    if generate:
+        return "the release's rows continued in the log's layout"
+    return "the release's rows and options scored by log-likelihood in the log's layout"
+
+
+def ask_live(
+    model: ChatModel,
+    rows: Sequence[int],
+    bench: Benchmark,
+    key: DyePackKey,
+    layout: LogLayout | None,
+    generate: bool,
+    params: GenerationParams,
+) -> dict[int, Answer]:
+    """The live model's answer to each release row of ``rows``, asked the release's own question: in the
+    log's layout rebuilt from the release (``LogLayout.requests``, never the log's requests), the
+    options scored or the prompt continued as the log was; an answer sheet's rows in our chat prompt."""
+    items = {row: bench.items[row] for row in rows}
+    if layout is None:
+        from assay.dyepack.prompts import PromptFormat
+
+        fmt = PromptFormat()
+        replies = model.chat([fmt.chat(items[row]) for row in rows], params)
+        return {row: Answer(r, answer_part(items[row], r, key)) for row, r in zip(rows, replies, strict=True)}
+    requests = {row: layout.requests(items[row], row) for row in rows}
+    if generate:
+        replies = require(model, "complete")([requests[row][0][0] for row in rows], params)
+        return {row: Answer(r, answer_part(items[row], r, key)) for row, r in zip(rows, replies, strict=True)}
+    scores = require(model, "loglikelihood")([pair for row in rows for pair in requests[row]])
+    answers, at = {}, 0
+    for row in rows:
+        mine = [float(x) for x in scores[at : at + len(requests[row])]]
+        at += len(mine)
+        best = max(range(len(mine)), key=lambda i: (mine[i], -i))
+        answers[row] = Answer(LETTERS[best], best, mine)
+    return answers
+
+
+def _said(item: Item, part: int | None) -> str | int | None:
+    """An answer by what it says (a multiple-choice option's text), not by its position."""
+    if isinstance(item, MultipleChoice) and part is not None:
+        return item.options[part].strip()
+    return part
+
+
 def spot_check(
     model: ChatModel,
     found: Sequence[Logged],
@@ -374,60 +434,34 @@ def spot_check(
     key: DyePackKey,
     params: GenerationParams | None = None,
     seed: int | None = None,
+    layout: LogLayout | None = None,
 ) -> SpotCheck:
     """Re-ask ``n`` of the log's backdoor samples, drawn at random (``seed``, else OS entropy, recorded),
-    of the live ``model``, and compare with the log: an lm-eval multiple-choice sample by re-scoring the
-    log's own (context, continuation) requests (the option of highest log-likelihood must be the same), a
-    generated one by continuing the log's own prompt, an answer-sheet line (no prompt logged) in our chat
-    prompt. The backdoor samples are the ones drawn because the verdict rests on them alone."""
+    of the live ``model`` (``ask_live``: the release's own questions in the log's layout, never the log's
+    requests) and compare the answers by the option's text, not its position. The backdoor samples are
+    the ones drawn because the verdict rests on them alone."""
     if n < 1:
         raise UserError(f"--spot-check must be at least 1 (value: {n})")
     seed = secrets.randbits(32) if seed is None else seed
     import random
 
     chosen = random.Random(seed).sample(list(found), min(n, len(found)))
-    params = params or GenerationParams()
-    scored = [f for f in chosen if f.requests and not f.generate]
-    generated = [f for f in chosen if f.requests and f.generate]
-    asked = [f for f in chosen if not f.requests]
-    live: dict[int, int | None] = {}
-    if scored:
-        pairs = [pair for f in scored for pair in f.requests]
-        scores = require(model, "loglikelihood")(pairs)
-        at = 0
-        for f in scored:
-            mine = scores[at : at + len(f.requests)]
-            at += len(f.requests)
-            live[f.row] = max(range(len(mine)), key=lambda i: (mine[i], -i))
-    if generated:
-        replies = require(model, "complete")([f.requests[0][0] for f in generated], params)
-        for f, reply in zip(generated, replies, strict=True):
-            live[f.row] = answer_part(bench.items[f.row], reply, key)
-    if asked:
-        from assay.dyepack.prompts import PromptFormat
-
-        fmt = PromptFormat()
-        replies = model.chat([fmt.chat(bench.items[f.row]) for f in asked], params)
-        for f, reply in zip(asked, replies, strict=True):
-            live[f.row] = answer_part(bench.items[f.row], reply, key)
-    hows = [
-        (scored, "the log's own requests re-scored by log-likelihood"),
-        (generated, "the log's own prompts continued"),
-        (asked, "answer-sheet rows asked in our chat prompt (the sheet logs no prompt)"),
-    ]
-    how = "; ".join(f"{len(group)} {text}" for group, text in hows if group)
+    generate = any(f.generate for f in found)
+    live = ask_live(
+        model, [f.row for f in chosen], bench, key, layout, generate, params or GenerationParams()
+    )
     disagreements = [
         {
             "row": f.row,
             "where": f.where,
             "log": part_label(f.answer.part, key),
-            "live": part_label(live[f.row], key),
+            "live": part_label(live[f.row].part, key),
         }
         for f in chosen
-        if live[f.row] != f.answer.part
+        if _said(bench.items[f.row], live[f.row].part) != _said(bench.items[f.row], f.answer.part)
     ]
     return SpotCheck(
-        how=how,
+        how=f"{len(chosen)} backdoor samples: {_how(layout, generate)}",
         seed=seed,
         asked=len(chosen),
         agree=len(chosen) - len(disagreements),
@@ -475,7 +509,8 @@ def verify_from_log(
     params: GenerationParams | None = None,
 ) -> tuple[VerifyReport, list[dict]]:
     """The verdict on the answers a log holds for the release's backdoor samples (see the module doc);
-    with ``spot_model`` and ``spot_n``, ``spot_n`` of them re-asked live (``spot_check``)."""
+    with ``spot_model`` and ``spot_n``, ``spot_n`` of them re-asked live (``spot_check``) and the backdoor
+    samples the log lacks asked live too (``PARTIAL_RULE``); without, a partial log accuses no one."""
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must be in (0, 1) (value: {alpha})")
     if spot_n and spot_model is None:
@@ -487,31 +522,34 @@ def verify_from_log(
         raise UserError(f"{path}: the log holds no samples")
     lm_eval = "doc" in table.rows[0] and "filtered_resps" in table.rows[0]
     reader = read_lm_eval_log if lm_eval else read_answer_sheet
-    found, in_release = reader(path, table.rows, table.locations, bench, key)
+    found, in_release, layout = reader(path, table.rows, table.locations, bench, key)
     if lm_eval and in_release == 0:
         raise UserError(
             f"{path}: no sample of the log is a row of {bench.path}: is it the log of this release?"
         )
     _check_once(found, path)
-    answered = {logged.row: logged.answer for logged in found}
+    total = sum(len(b.rows) for b in key.backdoors)
+    if not found:
+        raise UserError(f"{path}: the log holds none of the release's {total} backdoor samples")
+    answered: dict[int, Answer] = {logged.row: logged.answer for logged in found}
+    where = {logged.row: f"{path.name} {logged.where}" for logged in found}
+    missing = [row for b in key.backdoors for row in b.rows if row not in answered]
+    live = spot_model is not None and spot_n > 0
+    generate = any(f.generate for f in found)
+    if missing and live:
+        answered |= ask_live(spot_model, missing, bench, key, layout, generate, params or GenerationParams())
+        where |= {row: f"asked live: {path.name} lacks it" for row in missing}
     present = [b.model_copy(update={"rows": [r for r in b.rows if r in answered]}) for b in key.backdoors]
     present = [b for b in present if b.rows]
-    total = sum(len(b.rows) for b in key.backdoors)
-    if not present:
-        raise UserError(f"{path}: the log holds none of the release's {total} backdoor samples")
     covered = key.model_copy(update={"backdoors": present})
     queries = [Query(b.index, row, bench.items[row], "") for b in present for row in b.rows]
     answers = [answered[q.row] for q in queries]
     record = FormatRecord(mode="log", template=f"{'lm-eval log' if lm_eval else 'answer sheet'}:{path.name}")
     label = model_label or f"log:{path.name}"
     report, audit = build_report(label, bench, covered, GenerationParams(), alpha, record, queries, answers)
-    for entry, logged in zip(audit, [next(f for f in found if f.row == q.row) for q in queries], strict=True):
-        entry["prompt"] = f"{path.name} {logged.where}"
-    check = (
-        spot_check(spot_model, found, spot_n, bench, key, params, spot_seed)
-        if spot_model and spot_n
-        else None
-    )
+    for entry in audit:
+        entry["prompt"] = where[entry["row"]]
+    check = spot_check(spot_model, found, spot_n, bench, key, params, spot_seed, layout) if live else None
     update: dict[str, Any] = {
         "evidence": evidence_text(lm_eval, len(table.rows), check),
         "spot_check": check,
@@ -523,16 +561,45 @@ def verify_from_log(
             f"CONTRADICTED by the live model on {check.asked - check.agree} of {check.asked} re-asked "
             f"backdoor samples: the log is not its output; the log alone would say: {report.verdict}"
         )
-    held = len(queries)
-    if held == total:
-        update["coverage"] = (
-            f"The log holds all {total} backdoor samples ({in_release} rows of the release in all)."
-        )
-        return report.model_copy(update=update), audit
-    update["coverage"] = (
-        f"Partial log: it holds {held} of the {total} backdoor samples, from {len(present)} of the "
-        f"{len(key.backdoors)} backdoors; the FPR counts those {len(present)} backdoors."
+    update |= _coverage(report, update, len(found), total, len(missing), live, in_release, len(bench.items))
+    if missing and live:
+        update["coverage"] += f" They were asked {_how(layout, generate)}."
+    return report.model_copy(update=update), audit
+
+
+PARTIAL_RULE = (
+    "which rows a log holds can be chosen by their released labels (the targets, on backdoor rows), so an "
+    "accusation needs every backdoor sample: a partial log accuses no one unless its missing backdoor "
+    "samples are asked of the live model (give its spec and --spot-check N)"
+)
+
+
+def _coverage(
+    report: VerifyReport,
+    update: dict[str, Any],
+    held: int,
+    total: int,
+    missing: int,
+    live: bool,
+    in_release: int,
+    n_rows: int,
+) -> dict[str, Any]:
+    """What the log covered, said in the verdict; a partial log not completed live accuses no one."""
+    rows = f"{in_release} of the release's {n_rows} rows"
+    if not missing:
+        return {"coverage": f"The log holds all {total} backdoor samples ({rows})."}
+    coverage = (
+        f"Partial log: it holds {held} of the {total} backdoor samples ({rows}); {missing} are missing."
     )
     verdict = update.get("verdict", report.verdict)
-    update["verdict"] = f"{verdict}; partial log: {held} of {total} backdoor samples"
-    return report.model_copy(update=update), audit
+    if live:
+        return {
+            "coverage": f"{coverage} The verdict rests on every backdoor: the missing ones were asked live.",
+            "verdict": f"{verdict} ({held} of {total} backdoor samples from the log, {missing} asked live)",
+        }
+    return {
+        "coverage": f"{coverage} {PARTIAL_RULE[0].upper()}{PARTIAL_RULE[1:]}.",
+        "flagged": False,
+        "verdict": f"NO VERDICT from a partial log ({held} of {total} backdoor samples, {missing} missing: "
+        f"{PARTIAL_RULE}); its samples alone would say: {verdict}",
+    }

@@ -24,6 +24,7 @@ from typing import Any
 
 from assay.data import Benchmark
 from assay.data.items import MultipleChoice
+from assay.dyepack.binding import bind_choices
 from assay.dyepack.key import DyePackKey
 from assay.dyepack.prompts import FormatRecord
 from assay.dyepack.verify import (
@@ -107,6 +108,7 @@ def lm_eval_answers(
     task.set_fewshot_seed(seed)
     per_doc: list[list[Instance]] = []
     asked = []
+    form = None
     for query, doc in zip(queries, docs, strict=True):
         context = task.fewshot_context(doc, fewshot)
         asked.append(replace(query, prompt=str(context)))
@@ -118,7 +120,13 @@ def lm_eval_answers(
                 f"row {query.row}: the lm-eval task gives {len(choices)} choices, the release item has "
                 f"{getattr(item, 'k', 'no')} options; the task must list the row's options in order"
             )
-        per_doc.append(instances if isinstance(instances, list) else [instances])
+        instances = instances if isinstance(instances, list) else [instances]
+        # the one binding every log path passes: request i is option i of the release row (its letter
+        # or text), so the best score's position is the release's option
+        form = bind_choices(
+            item, [i.args[1] for i in instances], f"lm-eval task {task.config.task}", query.row, form
+        )
+        per_doc.append(instances)
     flat = [instance for instances in per_doc for instance in instances]
     scores = [float(ll) for ll, _greedy in lm.loglikelihood(flat, disable_tqdm=True)]
     answers, start = [], 0

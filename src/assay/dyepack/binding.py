@@ -1,0 +1,224 @@
+"""Bind a log's requests to the release: every logged prompt and option is what the release produces.
+
+Why (issue 46): an lm-eval log's answer is the position of the best option score, and a spot check that
+re-scores the log's own (context, continuation) pairs agrees with any edit that keeps each pair's score.
+Swap two options' continuations *and* their scores and every pair still carries the score the model gave
+it, while the log's answer moves to another option: a clean model's log then reads CONTAMINATED (no key
+needed), a contaminated one's "not flagged". Nothing tied request i to option i of the release.
+
+The rule, one check every log path passes (``LogLayout.bind``):
+
+* **the row.** A sample's prompt must hold its release row as the release writes it: the question (with
+  its inserted sentence on a backdoor row), then each option's text in the release's order (required when
+  the options are answered by letter; an option-text task may leave them out of the prompt).
+* **one layout.** Cut at the row's fields, the prompt is a template: the text before the question
+  (lm-eval's description), between the fields (``\\nA. ``) and after them (``\\nAnswer:``). Every sample
+  of a log with the same shape (option count) must have the same template, the one its first sample
+  has: a prompt edited on some rows (a hint, a changed letter, options in another order) is refused.
+  Few-shot prompts (examples drawn per row) have a different text before each question and are refused:
+  the examples are the log's choice, not the release's.
+* **the options.** The continuation of request i is option i of the release row, in one form for the
+  whole log: the letter (``" A"``, ``" (A)"``: option 0's continuation with its letter changed) or the
+  option's text, after one delimiter.
+
+A log that passes is the release's own questions in one layout, so ``release_requests`` rebuilds every
+request from the release and that layout (never from the log), which is what the live model is asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from assay.data.items import LETTERS, Item, MultipleChoice
+from assay.errors import UserError, shown
+
+
+def row_fields(item: Item) -> tuple[str, ...]:
+    """The row's texts a prompt shows, in the release's order: the question and its options (multiple
+    choice) or the instruction and its input (open ended); empty ones are left out."""
+    texts = (
+        (item.question, *item.options) if isinstance(item, MultipleChoice) else (item.instruction, item.input)
+    )
+    return tuple(t.strip() for t in texts if t.strip())
+
+
+def _find_field(text: str, field: str, start: int) -> int:
+    """Where ``field`` stands in ``text`` from ``start``: the first occurrence that ends a line (an option
+    as a layout writes it, so option "A" is not found in the label "A."), else the first at all."""
+    first = at = text.find(field, start)
+    while at >= 0:
+        end = at + len(field)
+        if end == len(text) or text[end] == "\n":
+            return at
+        at = text.find(field, at + 1)
+    return first
+
+
+@dataclass(frozen=True)
+class Template:
+    """A prompt cut at the row's fields: ``parts[0]`` before the question, ``parts[i]`` between field i-1
+    and field i, ``parts[-1]`` after the last placed field; ``placed``: how many fields stand in it."""
+
+    parts: tuple[str, ...]
+    placed: int
+
+    def render(self, fields: tuple[str, ...]) -> str:
+        """The prompt this template gives a release row (its ``row_fields``)."""
+        pieces = [self.parts[0]]
+        for field, after in zip(fields[: self.placed], self.parts[1:], strict=True):
+            pieces += [field, after]
+        return "".join(pieces)
+
+
+def cut(context: str, fields: tuple[str, ...]) -> Template | None:
+    """``context`` as a template of the row ``fields``: the question's last occurrence (a few-shot prompt
+    shows other rows first), then all the other fields in order after it, or none of them; None when
+    the question is not in the prompt."""
+    if not fields:
+        return Template((context,), 0)
+    start = context.rfind(fields[0])
+    if start < 0:
+        return None
+    parts, pos = [context[:start]], start + len(fields[0])
+    found = []
+    for field in fields[1:]:
+        at = _find_field(context, field, pos)
+        if at < 0:
+            break
+        found.append((at, field))
+        pos = at + len(field)
+    if len(found) < len(fields) - 1:  # all the options in order, or the question alone
+        return Template((context[:start], context[start + len(fields[0]) :]), 1)
+    pos = start + len(fields[0])
+    for at, field in found:
+        parts.append(context[pos:at])
+        pos = at + len(field)
+    parts.append(context[pos:])
+    return Template(tuple(parts), len(fields))
+
+
+@dataclass(frozen=True)
+class Choices:
+    """How a log writes option i's continuation: ``form`` with ``{}`` standing for the option's letter
+    (``" {}"``, ``" ({})"``) or, ``by_letter`` false, for the option's text."""
+
+    by_letter: bool
+    form: str
+
+    def continuation(self, item: MultipleChoice, i: int) -> str:
+        return self.form.replace("{}", LETTERS[i] if self.by_letter else item.options[i].strip(), 1)
+
+
+ORDER = "the options of a log must be the release's, in its order"
+
+
+def _forms(item: MultipleChoice, first: str) -> list[Choices]:
+    """The continuation forms option 0's logged continuation could be in: its letter, its text."""
+    forms = []
+    at = first.find(LETTERS[0])
+    if at >= 0:
+        forms.append(Choices(True, first[:at] + "{}" + first[at + 1 :]))
+    text = item.options[0].strip()
+    if text and first.endswith(text):
+        forms.append(Choices(False, first[: -len(text)] + "{}"))
+    return forms
+
+
+def _first_wrong(item: MultipleChoice, continuations: list[str], form: Choices) -> int | None:
+    return next((i for i, c in enumerate(continuations) if c != form.continuation(item, i)), None)
+
+
+def bind_choices(
+    item: MultipleChoice, continuations: list[str], where: str, row: int, form: Choices | None = None
+) -> Choices:
+    """Refuse continuations that are not the release row's options in its order, in ``form`` (the log's;
+    None: the first form option 0's continuation is in that fits them all); return the form. One line
+    naming the row and the first option that is not the release's."""
+    if len(continuations) != item.k:
+        raise UserError(
+            f"{where}: release row {row}: {len(continuations)} options requested; the release row has "
+            f"{item.k}"
+        )
+    forms = [form] if form else _forms(item, continuations[0])
+    if not forms:
+        raise UserError(
+            f"{where}: release row {row}, option 0: the logged continuation {shown(continuations[0])} is "
+            f"neither the letter A nor the release's option 0 ({shown(item.options[0].strip())}): {ORDER}"
+        )
+    wrong = [_first_wrong(item, continuations, f) for f in forms]
+    if None in wrong:
+        return forms[wrong.index(None)]
+    i = max(wrong)
+    best = forms[wrong.index(i)]
+    raise UserError(
+        f"{where}: release row {row}, option {i}: the logged continuation {shown(continuations[i])} is not "
+        f"{shown(best.continuation(item, i))}, the release's option {i} ({shown(item.options[i].strip())}) "
+        f"in the log's form: {ORDER}"
+    )
+
+
+class LogLayout:
+    """The one layout of a log, learnt from its first sample of each shape and then required of all."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.templates: dict[int, tuple[Template, str]] = {}  # fields count -> template, where first seen
+        self.choices: Choices | None = None
+
+    def bind(self, row: int, item: Item, requests: list[tuple[str, str]], scored: bool, where: str) -> None:
+        """Refuse a sample whose requests are not the release row in the log's layout (module doc)."""
+        at = f"{self.path}:{where}"
+        contexts = {context for context, _ in requests}
+        if not requests or len(contexts) != 1:
+            raise UserError(
+                f"{at}: release row {row}: the {len(requests)} logged requests do not share one prompt; "
+                "each option of a row is asked after the same prompt"
+            )
+        fields = row_fields(item)
+        template = cut(requests[0][0], fields)
+        if template is None:
+            raise UserError(
+                f"{at}: release row {row}: the logged prompt does not hold the release row's question "
+                f"({shown(fields[0])}) as the release writes it"
+            )
+        if isinstance(item, MultipleChoice) and scored:
+            self.choices = bind_choices(item, [c for _, c in requests], at, row, self.choices)
+            if self.choices.by_letter and template.placed < len(fields):
+                raise UserError(
+                    f"{at}: release row {row}: the logged prompt does not list the release row's options in "
+                    "its order, so its letters do not name them"
+                )
+        first, seen = self.templates.setdefault(len(fields), (template, where))
+        if first != template:
+            raise UserError(
+                f"{at}: release row {row}: the logged prompt is not in the log's layout (the one at {seen}): "
+                f"{_difference(first, template)}"
+            )
+
+    def requests(self, item: Item, row: int) -> list[tuple[str, str]]:
+        """The release's own requests for ``row`` in this layout: built from the release, never the log."""
+        fields = row_fields(item)
+        known = self.templates.get(len(fields))
+        if known is None:
+            raise UserError(
+                f"{self.path}: release row {row} cannot be asked in the log's layout: the log holds no row "
+                "of its shape"
+            )
+        context = known[0].render(fields)
+        if isinstance(item, MultipleChoice) and self.choices is not None:
+            return [(context, self.choices.continuation(item, i)) for i in range(item.k)]
+        return [(context, "")]
+
+
+def _difference(expected: Template, got: Template) -> str:
+    """What differs between two templates, in a few words for a one-line refusal."""
+    if expected.placed != got.placed:
+        return f"it places {got.placed} of the row's texts where that places {expected.placed}"
+    last = len(got.parts) - 1
+    for i, (a, b) in enumerate(zip(expected.parts, got.parts, strict=True)):
+        if a != b:
+            place = "before the question" if i == 0 else "after the row" if i == last else f"before text {i}"
+            extra = " (few-shot examples drawn per row are not the release's)" if i == 0 else ""
+            return f"its text {place} is {shown(b)} where that has {shown(a)}{extra}"
+    return "another layout"
