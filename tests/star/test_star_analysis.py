@@ -211,12 +211,13 @@ def test_arbitration_rate_sides_and_final_labels(spec: CampaignSpec) -> None:
         _annotation(3, 2, kind="arbitrate"),  # in between
         *(_annotation(4, r) for r in (2, 2)),  # agreed: no arbitration
         *(_annotation(5, r) for r in (1, 2)),  # tie, mean 1.5 is not below the midpoint 1.5: not broken
-        *(_annotation(6, r) for r in (0, 2)),  # tie, mean 1.0 < 1.5: broken
+        *(_annotation(6, r) for r in (0, 2)),  # tie, mean 1.0 < 1.5: broken; two apart: sent, still waiting
         _annotation(7, 0),  # incomplete: not in the denominator
     ]
     table = pd.DataFrame(rows).assign(annotation_id=range(len(rows)))
     arb = arbitration_summary(table, spec)
-    assert (arb.n_complete, arb.n_arbitrated) == (6, 3) and arb.rate == pytest.approx(0.5)
+    assert (arb.n_complete, arb.n_sent, arb.n_arbitrated, arb.n_waiting) == (6, 4, 3, 1)
+    assert arb.rate == pytest.approx(4 / 6)  # the waiting one counts: it was sent
     assert (arb.more_broken, arb.less_broken, arb.neither) == (1, 1, 1)
     labels = final_labels(table, spec)
     assert labels.to_dict() == {1: True, 2: False, 3: False, 4: False, 5: False, 6: True, 7: True}

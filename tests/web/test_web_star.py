@@ -492,14 +492,19 @@ def test_dashboard_is_for_organisers_and_shows_progress_agreement_and_report(
     cell = progress["cells"][0]
     assert cell["rule_id"] == "plain" and cell["red_team"] == {"total": 2, "done": 1}
     assert cell["annotate"] == {"total": 2, "done": 2} and cell["arbitrate"] == {"total": 1, "done": 0}
-    assert progress["arbitration"]["n_complete"] == 1 and progress["arbitration"]["rate"] == 0.0
+    arbitration = progress["arbitration"]  # the one dialogue was sent and waits for its arbitrator
+    assert arbitration["n_complete"] == arbitration["n_sent"] == arbitration["n_waiting"] == 1
+    assert arbitration["rate"] == 1.0 and arbitration["n_arbitrated"] == 0
     assert (
         progress["agreement"]["alpha"] is None and progress["agreement"]["n_units"] == 1
     )  # one unit: undefined
     assert progress["shortfalls"] == []
 
     page = olga.get("/star/campaigns/demo").text
-    assert "Progress by design cell" in page and "1 / 2" in page and "0.0%" in page
+    assert "Progress by design cell" in page and "1 / 2" in page
+    rate_line = re.search(r'<dd id="arbitration-rate">(.*?)</dd>', page, re.S)
+    assert rate_line and rate_line.group(1).startswith("100.0% (1 of 1 fully rated")
+    assert "0 decided, 1 waiting" in rate_line.group(1)
     assert (
         olga.get("/star/campaigns").status_code == 200
         and "/star/campaigns/demo" in olga.get("/star/campaigns").text

@@ -748,7 +748,7 @@ def _maybe_arbitrate(session: Session, task: StarTask) -> None:
         )
     ).all()
     ratings = [rating for _, rating in rows]
-    if None in ratings or max(ratings) - min(ratings) < spec.arbitration_gap:
+    if None in ratings or not spec.needs_arbitration(ratings):
         return
     if session.scalar(select(StarTask.id).where(StarTask.arbitration_of == task.dialogue_id)) is not None:
         return

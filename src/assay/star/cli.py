@@ -340,7 +340,8 @@ def status(
         f"dialogues {report.dialogues} (machine {report.machine_dialogues}), "
         f"annotations {report.annotations} (machine {report.machine_annotations}), "
         f"complete first rounds {report.complete_first_rounds}, "
-        f"arbitration rate {'-' if rate is None else f'{rate:.3f}'}",
+        f"arbitration rate {'-' if rate is None else f'{rate:.3f}'} "
+        f"({report.arbitration.n_sent} sent, {report.arbitration.n_waiting} waiting)",
         highlight=False,
     )
     console.print(f"agreement (ordinal alpha): {_alpha_text(report.agreement)}", highlight=False)

@@ -334,6 +334,11 @@ class CampaignSpec(BaseModel):
         """Whether a 0-based Likert rating counts as 'rule broken' (the binarised label)."""
         return rating < self.broken_levels
 
+    def needs_arbitration(self, ratings: list[int]) -> bool:
+        """Whether a dialogue's complete primary ratings go to an arbitrator: two differ by the gap or more.
+        The one rule the workflow opens arbitrate tasks by and every face counts "sent to arbitration" by."""
+        return bool(ratings) and max(ratings) - min(ratings) >= self.arbitration_gap
+
 
 def _field_problem(loc: tuple[str | int, ...], value: Any, problem: str) -> ValidationError:
     """A validation error at a field inside the spec (``rules.2.id``), not at its top level: a model

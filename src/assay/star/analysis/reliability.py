@@ -70,7 +70,11 @@ class Agreement(BaseModel):
 
 
 class Arbitration(BaseModel):
-    """How often arbitration happened and whom the arbitrator sided with.
+    """How often dialogues go to arbitration and whom the arbitrator sided with.
+
+    ``rate`` is ``n_sent / n_complete``: a dialogue counts from the moment its ratings send it
+    (``CampaignSpec.needs_arbitration``), decided (``n_arbitrated``) or still waiting (``n_waiting``), so the
+    rate does not read 0% while the only dialogue waits for its arbitrator.
 
     ``more_broken``: the arbitrator's rating equals the lowest (most broken) primary rating; ``less_broken``:
     equals the highest; ``neither``: strictly in between, outside the primary range, or the primaries agreed.
@@ -78,12 +82,14 @@ class Arbitration(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     n_complete: int
+    n_sent: int
     n_arbitrated: int
+    n_waiting: int
     rate: float | None
     more_broken: int
     less_broken: int
     neither: int
-    test: str = "share of fully rated dialogues with an arbitrate annotation"
+    test: str = "share of fully rated dialogues sent to arbitration (decided or waiting)"
 
 
 class ReliabilityReport(BaseModel):
@@ -182,7 +188,7 @@ def _side(arbiter: int, low: int, high: int) -> str:
 
 def arbitration_summary(annotations: pd.DataFrame, spec: CampaignSpec) -> Arbitration:
     """Arbitration rate over dialogues that have all ``spec.annotators_per_dialogue`` primary ratings (only
-    those could have been sent to arbitration), and the side each arbitrator took."""
+    those can have been sent to arbitration), pending ones included, and the side each arbitrator took."""
     primary = primary_annotations(annotations)
     sizes = primary.groupby("dialogue_id")["rating"].agg(["size", "min", "max"])
     complete = sizes[sizes["size"] >= spec.annotators_per_dialogue]
@@ -196,9 +202,17 @@ def arbitration_summary(annotations: pd.DataFrame, spec: CampaignSpec) -> Arbitr
     for dialogue_id, rating in arbiters.items():
         row = complete.loc[dialogue_id]
         sides[_side(int(rating), int(row["min"]), int(row["max"]))] += 1
+    sent = {d for d, row in complete.iterrows() if spec.needs_arbitration([int(row["min"]), int(row["max"])])}
+    sent |= set(arbiters.index)  # an imported arbitration counts even where this gap would not
     n = len(complete)
-    rate = len(arbiters) / n if n else None
-    return Arbitration(n_complete=n, n_arbitrated=len(arbiters), rate=rate, **sides)
+    return Arbitration(
+        n_complete=n,
+        n_sent=len(sent),
+        n_arbitrated=len(arbiters),
+        n_waiting=len(sent) - len(arbiters),
+        rate=len(sent) / n if n else None,
+        **sides,
+    )
 
 
 def reliability(
