@@ -296,7 +296,7 @@ def test_cli_round_trip(small_round: Path, tmp_path: Path) -> None:
 
     for args in (
         ("init",),
-        ("round", "create", "r", "--dataset", str(small_round / "splits")),
+        ("round", "create", "r", "--dataset", str(small_round / "splits"), "--publish-every", "1"),
         ("round", "open", "r"),
         ("team", "add", "alpha"),
     ):

@@ -128,7 +128,7 @@ def test_one_probe_submission_reveals_at_most_the_budget(app: FastAPI, tmp_path:
         f"shown_{k}" for k in ("low", "high", "bin", "bins", "share", "bits")
     }
     assert record["metrics"]["shown_low"] <= truth_ce <= record["metrics"]["shown_high"]
-    assert record["models"] == [] and record["groups"] == {} and record["flag_counts"] == {"": N}
+    assert record["models"] == [] and record["groups"] == {} and record["flag_counts"] == {}  # issue 44
     assert seen["roc"] == ""
     for face, text in seen.items():
         assert "id-000" not in text, f"{face} names a test model"

@@ -73,7 +73,7 @@ def test_a_team_sees_no_model_finish_while_its_test_job_runs(tmp_path: Path) -> 
     assert len(seen_by_team) == 1 and len(pages) == 1  # and no team face carries it
     record = team.get(f"/api/v1/leaderboard/jobs/{job_id}").json()
     assert record["models_done"] is None and record["hidden"] is True
-    assert record["claimed_at"].endswith(":00:00Z") or record["claimed_at"].endswith(":00:00+00:00")
+    assert record["claimed_at"] is None and record["status"] == "submitted"  # issue 44: not even "running"
     page = pages.pop()
     assert 'id="job-done"' not in page and "<progress" not in page and " of 16 models" not in page
 
@@ -102,27 +102,38 @@ def test_the_run_order_comes_from_a_secret_not_the_job_id(tmp_path: Path) -> Non
     assert by_job_id not in orders and len({tuple(order) for order in orders}) == 3
 
 
-def test_a_finished_sealed_job_shows_its_times_to_the_hour(tmp_path: Path) -> None:
+def test_a_finished_sealed_job_shows_only_its_publication_on_the_hour(tmp_path: Path) -> None:
+    """Issue 44: a job that has just finished still says "submitted"; once published on the round's
+    hourly clock it says done, with the publication's time (on the hour) and no run time at all."""
     app, job_id = _app(tmp_path)
+    tom = signed_in(app, "tom")
     with app.state.sessions.begin() as session:
         job = session.get(Job, job_id)
         assert job is not None
-        job.status, job.finished_at = "done", job.claimed_at + timedelta(seconds=1234)
-    record = signed_in(app, "tom").get(f"/api/v1/leaderboard/jobs/{job_id}").json()
-    assert record["finished"] and record["models_done"] is None
-    for field in ("claimed_at", "finished_at"):
-        assert record[field][14:19] == "00:00", record[field]
+        job.status, job.finished_at = "done", utcnow()
+    record = tom.get(f"/api/v1/leaderboard/jobs/{job_id}").json()
+    assert record["status"] == "submitted" and not record["finished"] and record["finished_at"] is None
+    with app.state.sessions.begin() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        job.claimed_at = utcnow() - timedelta(hours=3)
+        job.finished_at = job.claimed_at + timedelta(seconds=1234)
+    record = tom.get(f"/api/v1/leaderboard/jobs/{job_id}").json()
+    assert record["finished"] and record["models_done"] is None and record["status"] == "done"
+    assert record["claimed_at"] is None and record["finished_at"][14:19] == "00:00", record
     full = signed_in(app, "olga").get(f"/api/v1/leaderboard/jobs/{job_id}").json()
     assert full["hidden"] is False and full["models_done"] == 0
 
 
 def test_a_queued_job_says_its_place_and_whether_any_worker_is_alive(tmp_path: Path) -> None:
-    """Issue 39/36: "Waiting for a worker" with 8 jobs ahead and no worker alive said neither."""
+    """Issue 39/36: "Waiting for a worker" with 8 jobs ahead and no worker alive said neither. (Practice
+    jobs: a sealed job says only "submitted", issue 44.)"""
     app, first = _app(tmp_path)
     with app.state.sessions.begin() as session:
         job = session.get(Job, first)
         assert job is not None
         job.status = "queued"
+        job.submission.split = rounds.get_split(job.submission.split.round, "train")
         second = Job(
             submission=Submission(
                 team=job.submission.team,

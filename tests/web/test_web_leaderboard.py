@@ -159,11 +159,12 @@ def test_per_model_detail_follows_the_split(app: FastAPI) -> None:
     assert (
         all(name.startswith("shown_") for name in on_test["metrics"]) and "roc_auc" not in on_test["metrics"]
     )
-    assert on_test["models"] == [] and on_test["flag_counts"] == {"": len(TRUTH)}
+    assert on_test["models"] == [] and on_test["flag_counts"] == {}  # issue 44: flags wait for the close
     page = tom.get(f"/leaderboard/submissions/{test_id}").text
     assert 'id="sealed"' in page and "<svg" not in page and "0.9000" not in page and "id-0000" not in page
     logs = tom.get(f"/leaderboard/submissions/{test_id}/logs").text
-    assert "isolation: bubblewrap" in logs and "stderr of" not in logs and "not shared" in logs
+    assert "isolation: bubblewrap" not in logs and "shown when the round closes" in logs  # issue 44
+    assert "stderr of" not in logs and "not shared" in logs
 
     on_train = tom.get(f"/api/v1/leaderboard/submissions/{train_id}").json()
     assert on_train["detail"] == "full" and set(on_train["groups"]) == {"architecture"}
@@ -570,10 +571,14 @@ def test_a_queued_submission_says_in_words_when_its_results_come(app: FastAPI) -
     tom = signed_in(app, "tom")
     train, _ = queued(app, "alpha", "train")
     test, _ = queued(app, "alpha", "test")
-    for sub_id in (train, test):
+    pending = {
+        train: 'id="models-pending">The job is queued: results per model appear here when it runs',
+        test: 'id="models-pending">Sealed: nothing of this job shows until its results are published',  # 44
+    }
+    for sub_id, words in pending.items():
         page = tom.get(f"/leaderboard/submissions/{sub_id}").text
         assert 'id="models"' not in page and 'id="flag-counts"' not in page
-        assert 'id="models-pending">The job is queued: results per model appear here when it runs' in page
+        assert words in page
     round_page = signed_in(app, "bea").get("/leaderboard/rounds/r1").text  # beta has submitted nothing
     assert 'id="no-submissions"' in round_page and 'id="test-best-empty"' in round_page
     assert 'class="submissions"' not in round_page and 'id="test-best"' not in round_page
@@ -594,7 +599,7 @@ def test_a_running_sealed_test_job_shows_no_flag_counts_until_it_finishes(app: F
         seen.add(str(record["flag_counts"]))
         pages.add(tom.get(f"/leaderboard/submissions/{sub_id}").text.split("<main", 1)[-1])
     assert seen == {"{}"} and len(pages) == 1
-    assert "appear here when it has finished" in pages.pop()
+    assert "nothing of this job shows until its results are published" in pages.pop()  # issue 44
     assert olga.get(f"/api/v1/leaderboard/submissions/{sub_id}").json()["flag_counts"] == {"": len(TRUTH)}
 
 

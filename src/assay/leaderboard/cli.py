@@ -226,6 +226,14 @@ def round_create(
         help="NVIDIA GPUs each detector run holds (0: a CPU round). Only workers that see that many usable "
         "GPUs take the round's jobs; the sandbox passes the held GPUs and the driver's libraries only.",
     ),
+    publish_every: int = typer.Option(
+        3600,
+        "--publish-every",
+        min=1,
+        help="The round's clock, in seconds: a sealed (test, holdout) job's result is shown to its team at "
+        "the first multiple of it since the epoch after the job finished (3600: every hour on the hour), "
+        "never when it happens to finish; until then the team sees only that it was submitted.",
+    ),
 ) -> None:
     """Register a draft round over a split round folder.
 
@@ -253,6 +261,7 @@ def round_create(
             source_dataset=source_dataset,
             metric=metric,
             gpus=gpus,
+            publish_every_s=publish_every,
         )
         splits = ", ".join(f"{s.name} ({len(rounds.split_models(s))})" for s in created.splits)
         warning = rounds.disclosure_warning(created)
@@ -276,14 +285,19 @@ def round_set(
     gpus: int | None = typer.Option(
         None, "--gpus", min=0, help="NVIDIA GPUs each detector run holds (0: a CPU round)."
     ),
+    publish_every: int | None = typer.Option(
+        None, "--publish-every", min=1, help="The round's clock: sealed results are shown every this many s."
+    ),
 ) -> None:
-    """Change a round's plateau rule or its GPUs; each change is written to the audit trail (/admin/audit).
+    """Change a round's plateau rule, its GPUs or its publication clock; each change is written to the
+    audit trail (/admin/audit).
 
-    Example: assay leaderboard round set r1 --plateau-delta 0.005 --plateau-days 7 --gpus 1
+    Example: assay leaderboard round set r1 --plateau-delta 0.005 --plateau-days 7 --publish-every 3600
     """
     with _sessions().begin() as session:
         changes = rounds.set_plateau(session, name, plateau_delta, plateau_days)
         changes += rounds.set_gpus(session, name, gpus) if gpus is not None else []
+        changes += rounds.set_publication(session, name, publish_every) if publish_every is not None else []
     console.print(f"round {name}: " + ("; ".join(changes) or "nothing changed"), highlight=False)
 
 
@@ -534,7 +548,7 @@ def _render_standings(table: views.StandingsOut) -> None:
                 _cell(m.get(k) if m.get(k) is not None else math.nan)
                 for k in ("cross_entropy", "ce_ci_95", "roc_auc", "brier")
             ),
-            str(r.flagged_models),
+            "at the close" if r.flagged_models is None else str(r.flagged_models),
         )
     console.print(grid)
 
@@ -543,7 +557,8 @@ def _render_sealed(table: views.StandingsOut, title: str) -> None:
     grid = Table("#", "team", "technique", f"test {table.metric} (shown)", "flagged", title=title)
     for r in table.rows:
         rank = f"{r.rank}{'=' if r.tied_with else ''}"
-        grid.add_row(rank, r.team, r.technique, r.summary, str(r.flagged_models))
+        flagged = "at the close" if r.flagged_models is None else str(r.flagged_models)
+        grid.add_row(rank, r.team, r.technique, r.summary, flagged)
     console.print(grid)
 
 

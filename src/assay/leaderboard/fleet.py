@@ -24,9 +24,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay import __version__
+from assay.leaderboard.sealing import SEALED_SPLITS
 from assay.store.enums import JobStatus
 from assay.store.heartbeat import Heartbeat
-from assay.store.models import Job, Worker, utcnow
+from assay.store.models import Job, Split, Submission, Worker, utcnow
 
 HEARTBEAT_S = 5.0
 STALE_AFTER_S = 60.0  # no stamp for this long: the worker (or the job's holder) is dead
@@ -82,21 +83,31 @@ def due(now: datetime):  # type: ignore[no-untyped-def]
     return or_(Job.not_before.is_(None), Job.not_before <= now)
 
 
-def queue_place(session: Session, job_id: int, now: datetime | None = None) -> int | None:
+def queue_place(
+    session: Session, job_id: int, now: datetime | None = None, public: bool = False
+) -> int | None:
     """The job's place in the queue (1: the next a worker claims), or None when it is not queued.
 
     Workers claim queued jobs oldest first, skipping those still backing off after a platform fault; so
-    the place is one more than the due queued jobs older than this one.
+    the place is one more than the due queued jobs older than this one. ``public`` (what a team is told):
+    sealed (test, holdout) jobs are not counted, so no team's place moves when another's sealed job starts
+    (issue 44: places moved with other teams' test jobs, their durations to 0.1 s).
     """
     job = session.get(Job, job_id)
     if job is None or job.status != JobStatus.QUEUED:
         return None
-    ahead = session.scalar(
+    ahead = (
         select(func.count())
         .select_from(Job)
         .where(Job.status == JobStatus.QUEUED, Job.id < job_id, due(now or utcnow()))
     )
-    return (ahead or 0) + 1
+    if public:
+        ahead = (
+            ahead.join(Submission, Submission.id == Job.submission_id)
+            .join(Split, Split.id == Submission.split_id)
+            .where(Split.name.not_in(SEALED_SPLITS))
+        )
+    return (session.scalar(ahead) or 0) + 1
 
 
 @dataclass

@@ -33,9 +33,10 @@ from assay.leaderboard.disclosure import (
     public_metrics,
 )
 from assay.leaderboard.rounds import get_round, get_split
+from assay.leaderboard.sealing import phase, shown_status
 from assay.stats.detection import roc_curve
 from assay.store.enums import JobStatus, RoundStatus
-from assay.store.models import Job, MetricResult, ModelResult, Round, Submission
+from assay.store.models import Job, MetricResult, ModelResult, Round, Submission, utcnow
 
 HEADLINE = ("cross_entropy", "ce_ci_95", "roc_auc", "brier", "tpr_at_5_fpr", "ece")
 SHOWN = tuple(f"{PREFIX}{name}" for name in ("low", "high"))  # a sealed row's numbers
@@ -69,7 +70,7 @@ class Standing(BaseModel):
     submitted_at: datetime
     status: str
     metrics: dict[str, float | None]
-    flagged_models: int
+    flagged_models: int | None  # None on a sealed split's public rows: flags wait for the close
     tied_with: list[str] = []  # teams whose rows share this rank (their scores cannot be told apart)
     summary: str = ""  # a sealed row in plain words (``disclosure.in_words``), the same on every face
 
@@ -104,13 +105,20 @@ def _middle(shown: Interval | None, lower: bool) -> float:
 
 
 def standings(
-    session: Session, round_name: str, split_name: str, best_per_team: bool = True, public: bool = False
+    session: Session,
+    round_name: str,
+    split_name: str,
+    best_per_team: bool = True,
+    public: bool = False,
+    now: datetime | None = None,
 ) -> list[Standing]:
     """Ranked rows of finished jobs on the split; holdout only once the round has closed.
 
-    ``public``: the rows as anyone but the organisers sees them. On a sealed split (the test split of an
-    open round) each row then carries only its disclosed score, and rows are ranked, and each team's best
-    chosen, by it alone, so neither the order nor the choice says more than the shown numbers.
+    ``public``: the rows as anyone but the organisers sees them. A sealed job's row appears only once it is
+    published on the round's clock (``sealing.phase`` at ``now``), never when the job happens to finish.
+    On a sealed split (the test split of an open round) each row then carries only its disclosed score (no
+    flag count, timing out shown as done), and rows are ranked, and each team's best chosen, by it alone,
+    so neither the order nor the choice says more than the shown numbers.
     """
     round_ = get_round(session, round_name)
     sealed = public and is_sealed(round_, split_name)
@@ -123,6 +131,9 @@ def standings(
         .where(Submission.split_id == split.id, Job.status.in_((JobStatus.DONE, JobStatus.TIMED_OUT)))
         .options(selectinload(Job.submission).joinedload(Submission.team))
     ).all()
+    if public:
+        now = now or utcnow()
+        jobs = [job for job in jobs if phase(round_, split_name, job, now, organiser=False) != "silent"]
     flagged = _flagged_models(session, [job.id for job in jobs])
     overall = _overall_metrics(session, [job.id for job in jobs])
     rows = [
@@ -131,9 +142,9 @@ def standings(
             submission_id=job.submission.id,
             technique=job.submission.technique,
             submitted_at=job.submission.submitted_at,
-            status=job.status,
+            status=shown_status(job.status) if sealed else job.status,
             metrics=public_metrics(overall[job.id], sealed) if public else overall[job.id],
-            flagged_models=flagged.get(job.id, 0),
+            flagged_models=None if sealed else flagged.get(job.id, 0),
         )
         for job in jobs
     ]

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from assay.errors import UserError
 from assay.leaderboard.disclosure import DEFAULT_MODE, MODES, small_split_warning
+from assay.leaderboard.sealing import DEFAULT_PUBLISH_EVERY_S, MAX_PUBLISH_EVERY_S
 from assay.names import check_name
 from assay.store.enums import RoundStatus
 from assay.store.models import Round, Split, Team, utcnow
@@ -117,6 +118,7 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     if disclosure not in MODES:
         raise UserError(f"--disclosure: {disclosure!r} is not one of {', '.join(MODES)}")
     _check_gpus(settings.get("gpus", 0))
+    _check_publish_every(settings.get("publish_every_s", DEFAULT_PUBLISH_EVERY_S))
     if settings.get("source_dataset") is not None:
         source = Path(str(settings["source_dataset"])).resolve()
         if not source.is_dir():
@@ -128,6 +130,7 @@ def create_round(session: Session, name: str, dataset: str | Path, **settings: o
     session.add(round_)
     session.flush()
     detail = f"disclosure {round_.disclosure}, leak_bits {round_.leak_bits:g}, metric {round_.metric}"
+    detail += f", publish_every_s {round_.publish_every_s}"
     detail += f", gpus {round_.gpus}" if round_.gpus else ""
     session.add(WebAuditEvent(action=ROUND_CREATE, target=f"round {name}", detail=detail))
     return round_
@@ -212,16 +215,38 @@ def set_gpus(session: Session, name: str, gpus: int, actor_id: int | None = None
     call. Jobs queued already run with the new count; a worker without that many GPUs takes none of them
     (``preflight``). The change goes to the audit trail (``actor_id`` None: the shell); returned as one
     line, or nothing when the round already had that count."""
-    _check_gpus(gpus)
+    return _set(session, name, "gpus", _check_gpus(gpus), actor_id)
+
+
+def _set(session: Session, name: str, field: str, value: int, actor_id: int | None) -> list[str]:
+    """Set one whole-number setting of the round, with its audit event; the change in one line, or none."""
     round_ = get_round(session, name)
-    if round_.gpus == gpus:
+    old = getattr(round_, field)
+    if old == value:
         return []
-    change = f"gpus {round_.gpus} -> {gpus}"
-    round_.gpus = gpus
+    change = f"{field} {old} -> {value}"
+    setattr(round_, field, value)
     session.add(
         WebAuditEvent(actor_id=actor_id, action=ROUND_SETTINGS, target=f"round {name}", detail=change)
     )
     return [change]
+
+
+def _check_publish_every(every_s: object) -> int:
+    """The round's clock: a whole number of seconds from 1 to a week."""
+    if isinstance(every_s, bool) or not isinstance(every_s, int) or not 1 <= every_s <= MAX_PUBLISH_EVERY_S:
+        raise UserError(
+            f"--publish-every: {every_s!r} must be a whole number of seconds from 1 to {MAX_PUBLISH_EVERY_S}"
+        )
+    return every_s
+
+
+def set_publication(session: Session, name: str, every_s: int, actor_id: int | None = None) -> list[str]:
+    """Change the round's publication clock (``sealing``: sealed results are shown at multiples of
+    ``every_s`` seconds since the epoch): the organiser's call, in the audit trail (``actor_id`` None: the
+    shell). A job already finished is published at the first tick of the new clock after it finished.
+    Returned as one line, or nothing when the round already had that period."""
+    return _set(session, name, "publish_every_s", _check_publish_every(every_s), actor_id)
 
 
 def set_public(session: Session, name: str, public: bool, actor_id: int | None = None) -> bool:

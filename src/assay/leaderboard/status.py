@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from assay.leaderboard.fleet import LiveWorker, live_workers, queue_place
 from assay.leaderboard.rounds import split_models
+from assay.leaderboard.sealing import SILENT_STATUS, shown_status
 from assay.leaderboard.worker import STALE_AFTER_S
 from assay.store.enums import FINISHED_JOBS, JobStatus
 from assay.store.models import Job, ModelResult, Round, Split, Submission, as_utc, utcnow
@@ -100,27 +101,51 @@ def _to_hour(moment: datetime | None) -> datetime | None:
     return None if moment is None else moment.replace(minute=0, second=0, microsecond=0)
 
 
-def job_progress(session: Session, job: Job, hide: bool = False) -> JobProgress:
+def _identity(job: Job) -> dict:
+    """What every view of a job says of it: which job, whose, where, and how many models its split runs."""
+    split = job.submission.split
+    return {
+        "job_id": job.id,
+        "submission_id": job.submission_id,
+        "team": job.submission.team.name,
+        "round": split.round.name,
+        "split": split.name,
+        "models_total": len(split_models(split)),
+    }
+
+
+def sealed_progress(job: Job, published: datetime | None) -> JobProgress:
+    """A sealed job as anyone but an organiser sees it (``sealing.phase``): before its publication
+    (``published`` None) "submitted" and nothing that moves; after, when it was published and whether it
+    scored. No count of models done, no run times, no queue place: each would be a step the detector
+    controls, or another team's job's duration."""
+    return JobProgress(
+        **_identity(job),
+        status=SILENT_STATUS if published is None else shown_status(job.status),
+        models_done=None,
+        claimed_at=None,
+        finished_at=published,
+        finished=published is not None,
+        hidden=True,
+    )
+
+
+def job_progress(session: Session, job: Job, hide: bool = False, public: bool = False) -> JobProgress:
     """Models with a result out of the models the job's split runs (a folder listing, no scoring), and
     for a queued job its place in the queue and how many healthy workers are alive to take it;
-    ``hide``: the sealed view (``views._hides_progress``): no count of models done, times to the hour."""
-    split = job.submission.split
+    ``hide``: the sealed view (``views._hides_progress``): no count of models done, times to the hour;
+    ``public``: a team's view, whose queue place leaves sealed jobs out (``fleet.queue_place``)."""
     moment = _to_hour if hide else as_utc
     queued = job.status == JobStatus.QUEUED
     return JobProgress(
-        job_id=job.id,
-        submission_id=job.submission_id,
-        team=job.submission.team.name,
-        round=split.round.name,
-        split=split.name,
+        **_identity(job),
         status=job.status,
         models_done=None if hide else _models_done(session, job.id),
-        models_total=len(split_models(split)),
         claimed_at=moment(job.claimed_at),
         finished_at=moment(job.finished_at),
         finished=job.status in FINISHED_JOBS,
         hidden=hide,
-        queue_place=queue_place(session, job.id) if queued else None,
+        queue_place=queue_place(session, job.id, public=public) if queued else None,
         workers_alive=sum(w.healthy for w in live_workers(session)) if queued else None,
     )
 

@@ -38,11 +38,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from assay.errors import UserError
-from assay.leaderboard import publish, rounds, scoring, submissions
+from assay.leaderboard import publish, rounds, scoring, sealing, submissions
 from assay.leaderboard.disclosure import is_sealed, labels_secret, public_metrics, sealed_note
 from assay.leaderboard.publish import Progress, Standing
 from assay.leaderboard.scoring import read_truth
-from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status
+from assay.leaderboard.sealing import SILENT_STATUS, Phase, schedule_words, shown_status
+from assay.leaderboard.status import JobProgress, QueueStatus, job_progress, queue_status, sealed_progress
 from assay.store.enums import FINISHED_JOBS, Role, RoundStatus
 from assay.store.models import SPLIT_NAMES, Job, MetricResult, Round, Submission, Team, as_utc, utcnow
 from assay.store.paging import Window, page_of
@@ -200,6 +201,8 @@ class RoundOut(BaseModel):
     leak_bits: float = 8.0
     public: bool = False  # visitors who are not signed in may read its standings
     gpus: int = 0  # NVIDIA GPUs each detector run holds (0: a CPU round)
+    publish_every_s: int = sealing.DEFAULT_PUBLISH_EVERY_S  # the round's clock (``sealing``)
+    publication: str = "every hour on the hour"  # the clock in words
 
 
 class StandingsOut(BaseModel):
@@ -338,6 +341,8 @@ def round_out(round_: Round) -> RoundOut:
         leak_bits=round_.leak_bits,
         public=round_.public,
         gpus=round_.gpus,
+        publish_every_s=round_.publish_every_s,
+        publication=schedule_words(round_.publish_every_s),
     )
 
 
@@ -355,7 +360,7 @@ def visible_rounds(
 
 
 def standings_view(
-    session: Session, viewer: Viewer, name: str, split: str, best: bool = True
+    session: Session, viewer: Viewer, name: str, split: str, best: bool = True, now: datetime | None = None
 ) -> StandingsOut:
     """Ranked public rows of a round's split; ``NotVisible`` for holdout before close, practice splits to
     teams, or a round the viewer may not see."""
@@ -365,7 +370,9 @@ def standings_view(
         raise NotVisible(f"standings of the {split} split are for the organisers")
     if split == "holdout" and holdout_hidden(viewer, round_):
         raise NotVisible("holdout standings are published when the round closes")
-    rows = publish.standings(session, round_.name, split, best_per_team=best, public=not is_organiser(viewer))
+    rows = publish.standings(
+        session, round_.name, split, best_per_team=best, public=not is_organiser(viewer), now=now
+    )
     return StandingsOut(round=round_.name, split=split, metric=round_.metric, best_per_team=best, rows=rows)
 
 
@@ -456,8 +463,82 @@ def _duplicate_of(session: Session, viewer: Viewer, submission: Submission) -> i
     return original.id if original is not None and may_see(viewer, original) else None
 
 
-def _describe(session: Session, viewer: Viewer, submission: Submission) -> SubmissionOut:
-    """A submission already found visible (``find_submission``), cut to the viewer's ``detail_level``."""
+def sealed_phase(viewer: Viewer, submission: Submission, now: datetime | None = None) -> Phase:
+    """What the viewer may observe of the submission's job now (``sealing.phase``): the one question every
+    record, job, log and list of this module asks before it says anything about a job."""
+    split = submission.split
+    return sealing.phase(split.round, split.name, submission.job, now or utcnow(), is_organiser(viewer))
+
+
+def _silent_note(round_: Round) -> str:
+    return (
+        f"its result is published on the round's clock ({schedule_words(round_.publish_every_s)}), never "
+        "when a job happens to finish; until then all that shows of it is that it was submitted, and when"
+    )
+
+
+def _silent(viewer: Viewer, submission: Submission) -> SubmissionOut:
+    """A sealed submission before its publication: that it was submitted, and when. Nothing in it moves
+    while the job waits, runs or finishes."""
+    assert submission.job is not None  # a submission with no job is never silent (``sealing.phase``)
+    return SubmissionOut(
+        id=submission.id,
+        team=submission.team.name,
+        round=submission.split.round.name,
+        split=submission.split.name,
+        status=SILENT_STATUS,
+        technique=submission.technique,
+        submitted_at=as_utc(submission.submitted_at),
+        sha256=submission.artifact_sha256,
+        validation_errors=[],
+        duplicate_of=None,
+        job=sealed_progress(submission.job, None),
+        detail=detail_level(viewer, submission),
+        sealed=True,
+        metrics={},
+        flag_counts={},
+        groups={},
+        models=[],
+        log=SEALED_LOG,
+        note=_silent_note(submission.split.round),
+    )
+
+
+SHOWN_NOTE = "; its flag counts and harness log are shown when the round closes"
+SEALED_LOG = "(sealed: the harness log of this job is shown when the round closes)\n"
+
+
+def _shown(record: SubmissionOut, submission: Submission) -> SubmissionOut:
+    """A sealed submission once published while the labels are secret: the showing (its disclosed score
+    and whether it scored) and the publication time; flags and log lines are facts the detector chose
+    about sequestered models, outside the showing, so they wait for the close."""
+    assert submission.job is not None
+    published = sealing.published_at(submission.split.round, submission.job)
+    return record.model_copy(
+        update={
+            "status": shown_status(submission.status),
+            "job": sealed_progress(submission.job, published),
+            "flag_counts": {},
+            "log": SEALED_LOG,
+            "note": record.note + SHOWN_NOTE,
+        }
+    )
+
+
+def _describe(
+    session: Session, viewer: Viewer, submission: Submission, now: datetime | None = None
+) -> SubmissionOut:
+    """A submission already found visible (``find_submission``), cut to the viewer's ``detail_level`` and
+    to what its ``sealed_phase`` lets them observe."""
+    phase = sealed_phase(viewer, submission, now)
+    if phase == "silent":
+        return _silent(viewer, submission)
+    record = _open_record(session, viewer, submission)
+    return _shown(record, submission) if phase == "shown" else record
+
+
+def _open_record(session: Session, viewer: Viewer, submission: Submission) -> SubmissionOut:
+    """Everything the viewer's ``detail_level`` allows of a submission whose job is not silent."""
     detail = detail_level(viewer, submission)
     job = submission.job
     scores = _metric_rows(session, job)
@@ -475,7 +556,7 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
         sha256=submission.artifact_sha256,
         validation_errors=submission.validation_errors.splitlines(),
         duplicate_of=_duplicate_of(session, viewer, submission),
-        job=job_progress(session, job, hide=hidden) if job is not None else None,
+        job=_job_record(session, viewer, submission, "open"),
         detail=detail,
         sealed=sealed,
         metrics=overall if is_organiser(viewer) else public_metrics(overall, sealed),
@@ -488,15 +569,29 @@ def _describe(session: Session, viewer: Viewer, submission: Submission) -> Submi
     )
 
 
+def _job_record(session: Session, viewer: Viewer, submission: Submission, phase: Phase) -> JobProgress | None:
+    """The submission's job as the viewer may observe it in ``phase``."""
+    job = submission.job
+    if job is None:
+        return None
+    if phase != "open":
+        published = sealing.published_at(submission.split.round, job) if phase == "shown" else None
+        return sealed_progress(job, published)
+    hide = _hides_progress(viewer, submission)
+    return job_progress(session, job, hide=hide, public=not is_organiser(viewer))
+
+
 def _sealed_summary(session: Session, submission: Submission) -> str:
     """The submission's row of the public test standings (every submission), in plain words."""
     rows = publish.standings(session, submission.split.round.name, "test", best_per_team=False, public=True)
     return next((row.summary for row in rows if row.submission_id == submission.id), "")
 
 
-def submission_view(session: Session, viewer: Viewer, submission_id: int) -> SubmissionOut:
+def submission_view(
+    session: Session, viewer: Viewer, submission_id: int, now: datetime | None = None
+) -> SubmissionOut:
     """Submission ``submission_id`` as the viewer may see it, or ``NotVisible``."""
-    return _describe(session, viewer, find_submission(session, viewer, submission_id))
+    return _describe(session, viewer, find_submission(session, viewer, submission_id), now)
 
 
 def _hides_progress(viewer: Viewer, submission: Submission) -> bool:
@@ -506,15 +601,19 @@ def _hides_progress(viewer: Viewer, submission: Submission) -> bool:
     return not is_organiser(viewer) and labels_secret(submission.split.round, submission.split.name)
 
 
-def job_view(session: Session, viewer: Viewer, job_id: int) -> JobProgress:
-    """A job's progress, for whoever may see its submission (``_hides_progress`` says how much)."""
-    job = find_job(session, viewer, job_id)
-    return job_progress(session, job, hide=_hides_progress(viewer, job.submission))
+def job_view(session: Session, viewer: Viewer, job_id: int, now: datetime | None = None) -> JobProgress:
+    """A job's progress, for whoever may see its submission (``sealed_phase`` says how much)."""
+    submission = find_job(session, viewer, job_id).submission
+    record = _job_record(session, viewer, submission, sealed_phase(viewer, submission, now))
+    assert record is not None  # the job was found
+    return record
 
 
-def submission_logs(session: Session, viewer: Viewer, submission_id: int) -> SubmissionLogs:
-    """The harness log always; each model's stderr only at "full" detail."""
-    record = submission_view(session, viewer, submission_id)
+def submission_logs(
+    session: Session, viewer: Viewer, submission_id: int, now: datetime | None = None
+) -> SubmissionLogs:
+    """The harness log (none of a sealed job until the close); each model's stderr only at "full"."""
+    record = submission_view(session, viewer, submission_id, now)
     shared = record.detail == "full"
     return SubmissionLogs(
         submission_id=record.id,
@@ -539,20 +638,24 @@ def roc_svg(session: Session, record: SubmissionOut, size: int = 240) -> str:
         return ""
 
 
-def _row(submission: Submission) -> SubmissionRow:
+def _row(submission: Submission, phase: Phase) -> SubmissionRow:
     job = submission.job
+    status = {"open": submission.status, "silent": SILENT_STATUS}.get(phase, shown_status(submission.status))
     return SubmissionRow(
         id=submission.id,
         split=submission.split.name,
-        status=submission.status,
+        status=status,
         technique=submission.technique,
         submitted_at=as_utc(submission.submitted_at),
         job_id=job.id if job is not None else None,
     )
 
 
-def team_submissions(session: Session, viewer: Viewer, round_: Round) -> list[SubmissionRow]:
-    """The viewer's team's submissions to the round that the viewer may see, newest first."""
+def team_submissions(
+    session: Session, viewer: Viewer, round_: Round, now: datetime | None = None
+) -> list[SubmissionRow]:
+    """The viewer's team's submissions to the round that the viewer may see, newest first, each sealed
+    job's status as ``sealed_phase`` lets the viewer observe it."""
     team = team_of(viewer)
     if team is None:
         return []
@@ -562,7 +665,8 @@ def team_submissions(session: Session, viewer: Viewer, round_: Round) -> list[Su
         .where(Team.name == team, Submission.split_id.in_([s.id for s in round_.splits]))
         .order_by(Submission.id.desc())
     )
-    return [_row(s) for s in found if may_see(viewer, s)]
+    now = now or utcnow()
+    return [_row(s, sealed_phase(viewer, s, now)) for s in found if may_see(viewer, s)]
 
 
 def window_reopens(session: Session, team: str, round_: Round) -> datetime | None:
@@ -572,16 +676,17 @@ def window_reopens(session: Session, team: str, round_: Round) -> datetime | Non
     return submissions.window_reopens_at(session, team_id, test.id, round_.submission_window_s, utcnow())
 
 
-def round_board(session: Session, viewer: Viewer, name: str) -> RoundBoard:
+def round_board(session: Session, viewer: Viewer, name: str, now: datetime | None = None) -> RoundBoard:
     """The round page: test standings, holdout once the viewer may see it, the team's own submissions."""
     round_ = find_round(session, viewer, name)
     team = team_of(viewer)
     public = not is_organiser(viewer)
-    every = publish.standings(session, round_.name, "test", best_per_team=False, public=public)
+    now = now or utcnow()
+    every = publish.standings(session, round_.name, "test", best_per_team=False, public=public, now=now)
     holdout = (
         None
         if holdout_hidden(viewer, round_)
-        else publish.standings(session, round_.name, "holdout", public=public)
+        else publish.standings(session, round_.name, "holdout", public=public, now=now)
     )
     return RoundBoard(
         round=round_out(round_),
@@ -591,7 +696,7 @@ def round_board(session: Session, viewer: Viewer, name: str) -> RoundBoard:
         holdout=holdout,
         linkable={r.submission_id for r in every + (holdout or []) if may_open(viewer, r)},
         trend=publish.progress(session, round_.name, public=public, every=every),
-        own=team_submissions(session, viewer, round_),
+        own=team_submissions(session, viewer, round_, now),
         window=window_reopens(session, team, round_) if team is not None else None,
         warning=rounds.disclosure_warning(round_) if is_organiser(viewer) else None,
     )
@@ -605,7 +710,7 @@ def upload_form(session: Session, viewer: Viewer, name: str, latest: int = 5) ->
         round=round_out(round_),
         team=team,
         window=window_reopens(session, team, round_),
-        own=team_submissions(session, viewer, round_)[:latest],
+        own=team_submissions(session, viewer, round_, utcnow())[:latest],
     )
 
 

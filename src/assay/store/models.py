@@ -110,6 +110,9 @@ class Round(Base):
     public: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # NVIDIA GPUs each detector run holds (assay.runner.gpu); a worker without them takes none of its jobs
     gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # the round's clock: sealed results are published at multiples of this many seconds since the epoch
+    # (assay.leaderboard.sealing; hourly, on the hour, unless the organiser sets another period)
+    publish_every_s: Mapped[int] = mapped_column(Integer, default=3600, server_default="3600")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     opened_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
