@@ -219,3 +219,221 @@ def test_a_release_with_a_repeated_id_is_refused_not_misattributed(tmp_path, rel
     sheet = write_jsonl(tmp_path / "sheet.jsonl", [{"id": r["id"], "response": "(A)"} for r in rows[:1]])
     with pytest.raises(UserError, match=r"items.jsonl:line \d+: field 'id'.*repeats the id"):
         verify_from_log(sheet, read_benchmark(out / "items.jsonl"), secret)
+
+
+# Issue 46, item 3: nothing lost at the edges, whatever the paths, the flags or the disk.
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every folder (None) under ``folder``: what a refusal must leave alone."""
+    return {
+        str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))
+    }
+
+
+@pytest.fixture
+def task(tmp_path, bench) -> Path:
+    """An lm-eval task folder: its YAML and the data file it names (the rows of ``bench``)."""
+    folder = tmp_path / "lmtask"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "test.jsonl").write_bytes(bench.read_bytes())
+    (folder / "mini.yaml").write_text(
+        "task: mini\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: data/test.jsonl\n"
+        'test_split: test\noutput_type: multiple_choice\ndoc_to_text: "{{question.strip()}}\\nAnswer:"\n'
+        "doc_to_choice: choices\ndoc_to_target: answer\n"
+    )
+    return folder
+
+
+def test_prepare_never_writes_inside_an_input_folder_whatever_the_flags_or_links(tmp_path, task):
+    """The issue's `prepare --key src/lmtask/test.jsonl --force` replaced the task's data file with the
+    key: every output is resolved (links followed) and refused inside an input folder, even with --force."""
+    before = snapshot(task)
+    (tmp_path / "link").symlink_to(task / "data")
+    for given in (task, task / "mini.yaml"):
+        for key in (
+            task / "data" / "test.jsonl",
+            task / "notes" / "key.json",
+            tmp_path / "link" / "test.jsonl",
+        ):
+            for extra in ((), ("--force",)):
+                line = refused(prepare(given, tmp_path / "rel", "--key", key, *extra), key)
+                assert "inside the input folder" in line or "overwrite the input" in line
+                assert snapshot(task) == before and not (tmp_path / "rel").exists()
+    assert not list(task.rglob("*.bak"))
+
+
+def test_prepare_out_onto_its_own_input_folder_is_one_line(tmp_path, task):
+    """The issue's traceback (the folder copied into itself), with and without --force."""
+    before = snapshot(task)
+    for given in (task, task / "mini.yaml"):
+        for out in (task, task / "release", tmp_path / "link-to-task"):
+            if out.name == "link-to-task" and not out.exists():
+                out.symlink_to(task)
+            for extra in ((), ("--force",)):
+                line = refused(prepare(given, out, "--key", tmp_path / "k.json", *extra), out)
+                assert "input" in line
+                assert snapshot(task) == before and not (tmp_path / "k.json").exists()
+
+
+def test_prepare_force_refuses_a_release_folder_that_holds_an_input(tmp_path, task):
+    """--force would replace the released task folder whole, with the trigger file it reads inside."""
+    first = prepare(task, tmp_path / "rel", "--key", tmp_path / "k.json")
+    assert first.exit_code == 0, first.output
+    triggers = tmp_path / "rel" / "lmtask" / "triggers.txt"
+    triggers.write_text("".join(f"Note {i}: the survey was checked twice.\n" for i in range(40)))
+    before = snapshot(tmp_path / "rel")
+    again = prepare(task, tmp_path / "rel", "--key", tmp_path / "k2.json", "--triggers", triggers, "--force")
+    assert "would replace a folder holding the input" in refused(again, tmp_path / "rel" / "lmtask", triggers)
+    assert snapshot(tmp_path / "rel") == before and not (tmp_path / "k2.json").exists()
+
+
+def test_verify_out_inside_the_release_folder_is_refused(tmp_path, release):
+    """audit.jsonl names every backdoor's target: written into the folder published with the release, it
+    would publish the key's secret with it."""
+    out, key = release
+    sheet = write_jsonl(tmp_path / "sheet.jsonl", [{"id": f"q{i}", "response": "(A)"} for i in range(60)])
+    before = snapshot(out)
+    for verdict in (out, out / "verdict"):
+        for extra in ((), ("--force",)):
+            args = ("--from-log", sheet, "--release", out / "items.jsonl", "--key", key, "--out", verdict)
+            line = refused(cli("verify", *args, *extra), verdict)
+            assert "the release's folder" in line and str(out) in line
+            assert snapshot(out) == before
+
+
+def test_a_backup_that_is_not_whole_stops_force_before_anything_is_replaced(tmp_path, monkeypatch):
+    """--force keeps a copy first and checks it; a copy that comes out short (a full disk under copy2)
+    is one line, and the original is untouched with no copy left behind."""
+    from assay.dyepack import outputs
+
+    old = tmp_path / "key.json"
+    old.write_text("the old key\n")
+
+    def short_copy(source, target, **_):
+        Path(target).write_text("the old")
+
+    monkeypatch.setattr(outputs.os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(1, "no links")))
+    monkeypatch.setattr("shutil.copy2", short_copy)
+    claim = outputs.claim_outputs([old], [], force=True)
+    with pytest.raises(UserError, match=r"does not match the original") as caught, claim.replacing():
+        old.write_text("the new key\n")  # never reached
+    assert "\n" not in str(caught.value)
+    assert old.read_text() == "the old key\n" and sorted(p.name for p in tmp_path.iterdir()) == ["key.json"]
+
+
+NAMESPACE = r"""
+import hashlib, json, os, shutil, subprocess, sys
+disk, report, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk]).returncode:
+    sys.exit(3)
+for source, name in plan["copy"]:
+    (shutil.copytree if os.path.isdir(source) else shutil.copy2)(source, os.path.join(disk, name))
+def listing():
+    found = {}
+    for root, dirs, files in os.walk(disk):
+        for d in dirs:
+            found[os.path.relpath(os.path.join(root, d), disk)] = "dir"
+        for f in files:
+            if f != "filler":
+                path = os.path.join(root, f)
+                found[os.path.relpath(path, disk)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return found
+if plan["full"]:
+    with open(os.path.join(disk, "filler"), "wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        except OSError:
+            pass
+else:
+    subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
+results = []
+for args in plan["commands"]:
+    args = [a.replace("DISK", disk) for a in args]
+    before = listing()
+    done = subprocess.run([sys.executable, "-m", "assay", "dyepack", *args], capture_output=True, text=True)
+    results.append({"rc": done.returncode, "stderr": done.stderr, "before": before, "after": listing()})
+json.dump(results, open(report, "w"))
+"""
+
+
+def on_a_small_disk(tmp_path: Path, full: bool, copy: list[tuple[Path, str]], commands: list[list]) -> list:
+    """Run ``assay dyepack`` commands on a 2 MiB tmpfs (in a mount namespace of its own, so nothing is
+    mounted outside the test), filled to the last byte (``full``) or remounted read-only; DISK in an
+    argument is its mount point. Per command: exit code, stderr and the disk's files before and after."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here to mount a small tmpfs")
+    disk, report = tmp_path / "disk", tmp_path / "report.json"
+    disk.mkdir()
+    plan = {
+        "full": full,
+        "copy": [(str(s), n) for s, n in copy],
+        "commands": [[str(a) for a in c] for c in commands],
+    }
+    done = subprocess.run(
+        ["unshare", "-rm", sys.executable, "-c", NAMESPACE, str(disk), str(report), json.dumps(plan)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode == 3 or (done.returncode and "unshare" in done.stderr):
+        pytest.skip(f"cannot mount a tmpfs in a mount namespace here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr
+    return json.loads(report.read_text())
+
+
+def one_line_and_nothing_changed(result: dict, reason: str) -> None:
+    lines = result["stderr"].strip().splitlines()
+    assert result["rc"] == 2 and len(lines) == 1 and lines[0].startswith("error:"), result["stderr"]
+    assert reason in " ".join(result["stderr"].split()), result["stderr"]
+    assert result["after"] == result["before"]
+
+
+def test_a_full_disk_leaves_the_previous_files_and_no_new_ones(tmp_path, bench, release):
+    """The issue saw tracebacks, empty folders and a 0-byte key.json.bak under --force."""
+    out, key = release
+    sheet = write_jsonl(tmp_path / "sheet.jsonl", [{"id": f"q{i}", "response": "(A)"} for i in range(60)])
+    verdict = tmp_path / "verdict"
+    verdict.mkdir()
+    (verdict / "summary.json").write_text("{}\n")
+    (verdict / "audit.jsonl").write_text("")
+    logged = ["verify", "--from-log", sheet, "--release", out / "items.jsonl", "--key", key]
+    results = on_a_small_disk(
+        tmp_path,
+        full=True,
+        copy=[(key, "key.json"), (out, "rel"), (verdict, "verdict")],
+        commands=[
+            ["prepare", bench, "-b", "6", "--fraction", "0.2", "--no-audit", "--out", "DISK/new", "--key",
+             "DISK/new-key/key.json"],
+            ["prepare", bench, "-b", "6", "--fraction", "0.2", "--no-audit", "--out", "DISK/rel", "--key",
+             "DISK/key.json", "--force"],
+            [*logged, "--out", "DISK/fresh-verdict"],
+            [*logged, "--out", "DISK/verdict", "--force"],
+        ],
+    )  # fmt: skip
+    for result in results:
+        one_line_and_nothing_changed(result, "No space left on device")
+    assert "key.json" in results[1]["before"] and "rel/commitment.txt" in results[1]["before"]
+
+
+def test_a_read_only_folder_leaves_the_previous_files(tmp_path, bench, release):
+    out, key = release
+    sheet = write_jsonl(tmp_path / "sheet.jsonl", [{"id": f"q{i}", "response": "(A)"} for i in range(60)])
+    results = on_a_small_disk(
+        tmp_path,
+        full=False,
+        copy=[(key, "key.json"), (out, "rel")],
+        commands=[
+            ["prepare", bench, "-b", "6", "--fraction", "0.2", "--no-audit", "--out", "DISK/rel", "--key",
+             "DISK/key.json", "--force"],
+            ["verify", "--from-log", sheet, "--release", out / "items.jsonl", "--key", key, "--out",
+             "DISK/verdict"],
+        ],
+    )  # fmt: skip
+    for result in results:
+        one_line_and_nothing_changed(result, "Read-only file system")

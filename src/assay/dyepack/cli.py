@@ -123,7 +123,8 @@ def prepare(
     outputs.check_folder(out)
     key = key or outputs.default_key_path(out)
     bench = read_benchmark(benchmark, style=f"columns:{columns}" if columns else style, split=split)
-    claim = outputs.claim_outputs(release_paths(bench.path, out, key), [benchmark, triggers, phrases], force)
+    inputs = [benchmark, bench.path, triggers, phrases]  # bench.path: the data a task YAML names
+    claim = outputs.claim_outputs(release_paths(bench.path, out, key), inputs, force)
     config = PrepareConfig(
         n_backdoors=backdoors,
         fraction=fraction,
@@ -134,18 +135,18 @@ def prepare(
         position=parse_position(trigger_position),
         cover=cover,
     )
-    kept = claim.keep_copies()
-    result = prepare_release(
-        bench,
-        config,
-        out,
-        key,
-        audit=audit,
-        redraws=redraws,
-        strip_risk=True,
-        alpha=alpha,
-        allow_weak=allow_weak,
-    )
+    with claim.replacing() as kept:  # a full or read-only disk: one line, the previous files kept
+        result = prepare_release(
+            bench,
+            config,
+            out,
+            key,
+            audit=audit,
+            redraws=redraws,
+            strip_risk=True,
+            alpha=alpha,
+            allow_weak=allow_weak,
+        )
     summary = {
         "release": str(result.release_path),
         "key": str(result.key_path),
@@ -442,7 +443,9 @@ def verify(
         return load_model(spec, model_name=model_name, max_retries=max_retries, **options)
 
     outputs.check_folder(out)  # before any query: a verdict that cannot be written is a wasted run
-    claim = outputs.claim_outputs(output_paths(out), [release, key, from_log, template, cache], force)
+    published = (outputs.release_folder(release), "the release's folder (the audit holds the targets)")
+    inputs = [release, key, from_log, template, cache]
+    claim = outputs.claim_outputs(output_paths(out), inputs, force, [published])
     secret = keys.load_key(key)
     bench = read_benchmark(release, style=secret.style, split=secret.split)
     if from_log is not None:
@@ -502,9 +505,10 @@ def write_and_show(
     """Write the verdict (first copying aside what ``--force`` replaces) and show it."""
     from assay.dyepack.verify import write_outputs
 
-    for copy in claim.keep_copies():
+    with claim.replacing() as copies:
+        summary_path, audit_path = write_outputs(out, report, audit)
+    for copy in copies:
         notes.print(f"Kept {copy} (what --force replaced)")
-    summary_path, audit_path = write_outputs(out, report, audit)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return

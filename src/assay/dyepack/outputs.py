@@ -10,7 +10,11 @@ and the command proceeds; an input is never an output, even with ``--force``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import errno
+import os
+import secrets
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,50 +42,139 @@ def check_folder(out_dir: Path, option: str = "--out") -> None:
         raise UserError(f"{out_dir}: {option} names an existing file; give a folder")
 
 
-def _same(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve()
+def release_folder(release: Path) -> Path | None:
+    """The folder published with a release: the release itself when it is a folder (an lm-eval task, a
+    folder of CSV files), else the folder of a release file that holds its ``commitment.txt``."""
+    if release.is_dir():
+        return release
+    return release.parent if (release.parent / "commitment.txt").is_file() else None
 
 
 @dataclass(frozen=True)
 class Claim:
-    """The outputs a command may write, checked; ``keep_copies()`` sets aside what ``--force`` replaces."""
+    """The outputs a command may write, checked; ``replacing()`` sets aside what ``--force`` replaces."""
 
     replaced: tuple[Path, ...]
 
     def keep_copies(self, stamp: str | None = None) -> list[Path]:
-        """Copy each output that exists to ``NAME.STAMP.bak`` beside it; return the copies. Call it just
-        before writing, so a command that fails on the way leaves no copies behind."""
+        """Keep each output that exists as ``NAME.STAMP.bak`` beside it, checked equal before anything
+        is replaced; return the copies. Call it just before writing."""
         stamp = stamp or datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%S")
-        return [_keep_copy(path, stamp) for path in self.replaced if path.exists()]
+        copies: list[Path] = []
+        try:
+            for path in self.replaced:
+                if path.exists():
+                    copies.append(_keep_copy(path, stamp))
+        except OSError as exc:
+            _remove(copies)
+            raise disk_error(exc, "keeping a copy of what --force replaces") from None
+        return copies
+
+    @contextlib.contextmanager
+    def replacing(self) -> Iterator[list[Path]]:
+        """Keep copies of what is replaced (``keep_copies``), then run the writes inside the block. A write
+        the disk refuses (full, read-only, no permission) is one line, and leaves the previous files as
+        they were: the writes are atomic (``assay.fileio``), the copies just made are removed."""
+        copies = self.keep_copies()
+        try:
+            yield copies
+        except OSError as exc:
+            _remove(copies)
+            raise disk_error(exc, "writing the outputs") from None
+
+
+def disk_error(exc: OSError, doing: str) -> UserError:
+    """One line for a write the file system refused, naming the file and the reason."""
+    where = exc.filename or "an output"
+    return UserError(
+        f"{where}: {exc.strerror or exc} while {doing}; nothing was replaced or left half-written"
+    )
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    import shutil
+
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _keep_copy(path: Path, stamp: str) -> Path:
-    """One timestamped copy of ``path`` (a file, or a folder copied whole), never over another copy."""
+    """One timestamped copy of ``path`` (a file, or a folder copied whole), never over another copy: hard
+    links where the file system has them (no space needed; every write here renames a new file into
+    place, so the linked old content stays), else a copy; built under a temporary name, checked equal to
+    the original, then renamed into place, so a copy that exists is whole."""
     import shutil  # here: `assay dyepack --help` imports this module and has no use for shutil (5 ms)
 
     copy, n = path.with_name(f"{path.name}.{stamp}.bak"), 1
     while copy.exists():
         n += 1
         copy = path.with_name(f"{path.name}.{stamp}-{n}.bak")
-    if path.is_dir():
-        shutil.copytree(path, copy, symlinks=True)
-    else:
-        shutil.copy2(path, copy)
+    tmp = path.with_name(f".{copy.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        if path.is_dir():
+            shutil.copytree(path, tmp, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(path, tmp)
+        _check_copy(path, tmp)
+        os.replace(tmp, copy)
+    except BaseException:
+        _remove([tmp])
+        raise
     return copy
 
 
-def claim_outputs(outputs: Iterable[Path], inputs: Iterable[Path | None] = (), force: bool = False) -> Claim:
-    """Check a command's outputs before it does any work.
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    import shutil
 
-    Refuses (one line naming the file): an output that is one of ``inputs`` (even with ``force``: the
-    command would destroy what it reads), and an output that exists already unless ``force``. A folder
-    counts as existing only when it holds something (``prepare --out`` into an empty folder is fine).
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
+            raise
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
+def _check_copy(original: Path, copy: Path) -> None:
+    """Refuse a copy that is not byte for byte the original (every file of a folder)."""
+    import filecmp
+
+    pairs = (
+        [
+            (f, copy / f.relative_to(original))
+            for f in original.rglob("*")
+            if f.is_file() and not f.is_symlink()
+        ]
+        if original.is_dir()
+        else [(original, copy)]
+    )
+    for a, b in pairs:
+        if not (b.is_file() and (os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False))):
+            raise OSError(errno.EIO, "the copy does not match the original", str(b))
+
+
+def claim_outputs(
+    outputs: Iterable[Path],
+    inputs: Iterable[Path | None] = (),
+    force: bool = False,
+    folders: Iterable[tuple[Path | None, str]] = (),
+) -> Claim:
+    """Check a command's outputs before it does any work: the one check every DyePack command passes.
+
+    Paths are compared resolved (links followed). Refuses, in one line naming the file, even with
+    ``force``: an output that is one of ``inputs``, lies inside an input folder, or is a folder holding an
+    input (the command would destroy what it reads), and an output inside one of ``folders`` (a folder,
+    and why nothing of this command may go there). Without ``force``, an output that exists already. A
+    folder counts as existing only when it holds something (``prepare --out`` into an empty folder).
     """
     outputs, sources = list(outputs), [p for p in inputs if p is not None]
     for path in outputs:
-        source = next((s for s in sources if _same(path, s)), None)
-        if source is not None:
-            raise UserError(f"{path}: the output would overwrite the input {source}; choose another --out")
+        _refuse_input(path, sources)
+        for folder, why in folders:
+            if folder is not None and inside(path, folder):
+                raise UserError(f"{path}: lies inside {folder}, {why}; choose another --out")
     existing = tuple(p for p in outputs if p.is_file() or (p.is_dir() and any(p.iterdir())))
     if existing and not force:
         raise UserError(
@@ -89,3 +182,17 @@ def claim_outputs(outputs: Iterable[Path], inputs: Iterable[Path | None] = (), f
             "--force to keep a timestamped copy and replace it"
         )
     return Claim(existing)
+
+
+def _refuse_input(path: Path, sources: list[Path]) -> None:
+    """Refuse an output that is an input, lies in an input folder or holds an input (resolved paths)."""
+    out = path.resolve()
+    for source in sources:
+        real = source.resolve()
+        if out == real:
+            raise UserError(f"{path}: the output would overwrite the input {source}; choose another path")
+        if real.is_dir() and out.is_relative_to(real):
+            raise UserError(f"{path}: the output lies inside the input folder {source}; choose another path")
+        if real.is_relative_to(out):
+            raise UserError(f"{path}: the output would replace a folder holding the input {source}; choose "
+                            "another path")  # fmt: skip

@@ -38,7 +38,7 @@ from assay.dyepack.prompts import (
     draw_fewshot,
 )
 from assay.errors import UserError
-from assay.fileio import write_text_atomic
+from assay.fileio import atomic_path
 from assay.models.base import ChatModel, GenerationParams, require
 
 
@@ -518,8 +518,12 @@ def output_paths(out_dir: Path) -> tuple[Path, Path]:
 
 
 def write_outputs(out_dir: Path, report: VerifyReport, audit: Sequence[dict]) -> tuple[Path, Path]:
-    """``summary.json`` and ``audit.jsonl`` (every prompt and reply), each written atomically."""
+    """``summary.json`` and ``audit.jsonl`` (every prompt and reply), written atomically together: both
+    are renamed into place only once both are written, so a failure leaves the earlier pair."""
     summary_path, audit_path = output_paths(out_dir)
-    write_text_atomic(audit_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in audit))
-    write_text_atomic(summary_path, report.model_dump_json(indent=2) + "\n")
+    with atomic_path(summary_path) as tmp_summary, atomic_path(audit_path) as tmp_audit:
+        tmp_audit.write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in audit), encoding="utf-8"
+        )
+        tmp_summary.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return summary_path, audit_path
