@@ -40,6 +40,8 @@ from pathlib import Path
 from assay.errors import UserError
 from assay.runner.gpu import Passthrough
 from assay.runner.procview import proc_binds
+from assay.runner.seccomp import SECCOMP_FD, refuse_sysinfo
+from assay.runner.seccomp import filled as seccomp_filled
 
 LEVELS = ("bwrap", "unshare", "none")
 _UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--propagation", "private", "--pid", "--fork")
@@ -92,7 +94,8 @@ def _attempt(argv: list[str]) -> str | None:
     enough (containers may forbid it). Python, not ``true``: the runtime is all a slim image is sure to hold
     (ours has no coreutils)."""
     try:
-        done = subprocess.run([*argv, sys.executable, "-c", ""], capture_output=True, timeout=30, check=False)
+        with seccomp_filled([*argv, sys.executable, "-c", ""]) as (command, fds):
+            done = subprocess.run(command, capture_output=True, timeout=30, check=False, pass_fds=fds)
     except (OSError, subprocess.SubprocessError) as err:
         return one_line(str(err)) or type(err).__name__
     if done.returncode == 0:
@@ -273,6 +276,7 @@ def bwrap_argv(mounts: Mounts) -> list[str]:
     argv += _namespaces()
     argv += ["--as-pid-1"] if image is None else []  # the collector; an image run has bubblewrap's init
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += ["--seccomp", SECCOMP_FD] if refuse_sysinfo() is not None else []  # run_limited fills it in
     argv += ["--hostname", "sandbox"] if hostname_settable() else []
     if not mounts.network:
         argv.append("--unshare-net")
@@ -349,6 +353,8 @@ def describe(level: str, mounts: Mounts) -> str:
         parts = ["empty read-only root with inputs and runtime only"]
     parts.append(f"{mounts.private_bytes / 2**20:.0f} MiB private scratch")
     parts += ["host-wide /proc counters hidden", network, "own pid namespace", "no capabilities"]
+    if refuse_sysinfo() is not None:
+        parts.append("sysinfo refused (seccomp)")
     parts.append(gpu_line(mounts.gpus))
     if not hostname_settable():
         parts.append("the container's hostname (its seccomp profile forbids naming the sandbox)")

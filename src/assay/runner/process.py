@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
+from assay.runner.seccomp import filled as seccomp_filled
+
 TAIL_BYTES = 64 * 1024
 _READ_CHUNK = 16 * 1024
 _DRAIN_SECONDS = 5.0  # how long to wait for pipes held open by escaped grandchildren
@@ -187,10 +189,25 @@ def run_limited(
     runs in the child before exec (a cgroup to enter). ``on_timeout`` runs when the time is up, after the
     group kill and before the pipes are drained: what else must die (a container that holds the pipes).
     """
-    start = time.monotonic()
     side = _side_pipe(collect_bytes)
     if side is not None:
         argv = [arg.replace("{collect_fd}", str(side[1])) for arg in argv]
+    with seccomp_filled(argv) as (argv, program):
+        return _run(argv, env, cwd, wall_seconds, (memory_bytes, data_only, join), side, program, on_timeout)
+
+
+def _run(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    wall_seconds: float,
+    limiter: tuple[int | None, bool, Callable[[], None] | None],
+    side: tuple[int, int, _Cap] | None,
+    program: tuple[int, ...],
+    on_timeout: Callable[[], None] | None,
+) -> Finished:
+    """``run_limited`` once its command line is complete: start, pump, wait, kill the group, reap."""
+    start = time.monotonic()
     try:
         proc = subprocess.Popen(
             argv,
@@ -200,8 +217,8 @@ def run_limited(
             env=env,
             cwd=cwd,
             start_new_session=True,
-            pass_fds=(side[1],) if side else (),
-            preexec_fn=_limiter(memory_bytes, data_only, join),
+            pass_fds=((side[1],) if side else ()) + program,
+            preexec_fn=_limiter(*limiter),
         )
     except OSError as err:  # missing program, or the limit is too small to even exec
         if side is not None:
