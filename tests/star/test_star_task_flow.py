@@ -1,8 +1,8 @@
 """The task flow of issue 39 in the pillar (``assay.star.workflow``), without a web server, on a frozen clock:
 giving a task back (the permission check, the task open for anyone at once, not counted against the person,
 the audit trail), skipping to another task (never the same dialogue again at once), a person's claims passing
-over what they gave back while other work exists, and the progress line (done today, the daily cap, what is
-left in the campaign)."""
+over what they gave back while other work exists, and the progress line (done today, the daily cap, the
+tasks a claim could hand them now)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_giving_back_costs_nothing_against_the_cap_or_the_done_count(sessions: s
     for _ in range(3):
         claimed = workflow.claim(sessions, RITA, 1, "red_team", NOW)
         assert claimed.task_id is not None and claimed.new
-        assert progress(sessions, RITA).claimed_today == 1
+        assert progress(sessions, RITA) == workflow.Progress(0, 1, 2, {"red_team": 2})  # besides hers
         with sessions.begin() as session:
             workflow.give_back(session, RITA, claimed.task_id, NOW)
         assert progress(sessions, RITA) == workflow.Progress(0, 0, 2, {"red_team": 3})
@@ -121,7 +121,7 @@ def test_skip_gives_back_and_moves_to_another_dialogue(sessions: sessionmaker[Se
     skipped = workflow.claim(sessions, RITA, 1, "red_team", NOW).task_id
     moved = workflow.skip(sessions, RITA, skipped, NOW)  # type: ignore[arg-type]
     assert (moved.task_id, moved.kind) == (skipped, "red_team") and moved.next_task_id not in {None, skipped}
-    assert progress(sessions, RITA) == workflow.Progress(0, 1, 2, {"red_team": 3})
+    assert progress(sessions, RITA) == workflow.Progress(0, 1, 2, {"red_team": 2})
 
     held = moved.next_task_id
     assert held is not None
@@ -132,7 +132,7 @@ def test_skip_gives_back_and_moves_to_another_dialogue(sessions: sessionmaker[Se
     with sessions.begin() as session:
         workflow.finish(session, RITA, held, {"assigned_rule_broken": False}, NOW)
     first = workflow.claim(sessions, ANNA, 3, "annotate", NOW).task_id
-    assert progress(sessions, ANNA).left == {"annotate": 2}
+    assert progress(sessions, ANNA).left == {"annotate": 0}  # the other one is the same dialogue's
     alone = workflow.skip(sessions, ANNA, first, NOW)  # type: ignore[arg-type]
     assert (
         alone.next_task_id is None
@@ -153,7 +153,7 @@ def test_the_progress_line_counts_done_today_claims_and_what_is_left(sessions: s
         0, 0, 2, {"red_team": 2}
     )  # yesterday's is not today's
     workflow.claim(sessions, RITA, 1, "red_team", NOW)
-    assert progress(sessions, RITA) == workflow.Progress(0, 1, 2, {"red_team": 2})
+    assert progress(sessions, RITA) == workflow.Progress(0, 1, 2, {"red_team": 1})
     with sessions.begin() as session:
         session.execute(update(StarTask).where(StarTask.id == 1).values(status="done", done_at=NOW))
     assert progress(sessions, RITA) == workflow.Progress(1, 1, 2, {"red_team": 1})
@@ -218,3 +218,30 @@ def test_an_annotator_who_gives_back_a_rating_gets_another_dialogue_next(
     with sessions.begin() as session:
         workflow.submit_rating(session, ANNA, second[0], 1, "fine", NOW)
     assert workflow.claim(sessions, ANNA, 3, "annotate", NOW).task_id == first[0]  # nothing else left
+
+
+def test_the_progress_line_counts_what_a_claim_would_give(sessions: sessionmaker[Session]) -> None:
+    """Issue 47: "1 annotation task" left and a Claim button, then "No annotation task is open for you": the
+    task left was the second rating of a dialogue she had rated. The line counts by the claim's own rule,
+    so it says 0 exactly when the claim gives nothing; a claim past its time counts as open, as the claim
+    releases it first, and the daily cap reached counts nothing."""
+    task = workflow.claim(sessions, RITA, 1, "red_team", NOW).task_id
+    assert task is not None
+    _finish(sessions, RITA, task)
+    first = workflow.claim(sessions, ANNA, 3, "annotate", NOW).task_id
+    with sessions.begin() as session:
+        workflow.submit_rating(session, ANNA, first, 1, "fine", NOW)  # type: ignore[arg-type]
+    assert progress(sessions, ANNA).left == {"annotate": 0}
+    assert workflow.claim(sessions, ANNA, 3, "annotate", NOW).task_id is None
+
+    assert progress(sessions, ROB).left == {"red_team": 2}
+    workflow.claim(sessions, ROB, 2, "red_team", NOW)
+    assert progress(sessions, RITA).left == {"red_team": 1}  # rob holds one: not hers to take
+    late = NOW + TIMEOUT + timedelta(minutes=1)
+    assert progress(sessions, RITA, late).left == {"red_team": 2}  # his claim is past its time
+    assert workflow.claim(sessions, RITA, 1, "red_team", late).task_id is not None
+    assert progress(sessions, RITA, late) == workflow.Progress(1, 2, 2, {"red_team": 0})  # cap reached
+    with sessions.begin() as session:
+        held = workflow.my_tasks(session, RITA, late)[0]
+        workflow.give_back(session, RITA, held.id, late)
+    assert workflow.claim(sessions, RITA, 1, "red_team", late).task_id is not None  # the cap counts claims

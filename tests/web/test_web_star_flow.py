@@ -36,7 +36,7 @@ def test_a_held_task_is_continued_not_claimed_again(app: FastAPI, people: dict[s
     assert "Claim next red-team task" in queue and "Continue your" not in queue
     assert (
         progress_line(queue)
-        == "Done today: 0; daily cap: 0 of 50 claims used; left in the campaign: 2 red-team tasks"
+        == "Done today: 0; daily cap: 0 of 50 claims used; open for you now: 2 red-team tasks"
     )
     task = rita.claim("red_team")
     queue = rita.get("/star/queue").text
@@ -44,7 +44,7 @@ def test_a_held_task_is_continued_not_claimed_again(app: FastAPI, people: dict[s
     assert re.search(rf'<a [^>]*href="/star/tasks/{task}"[^>]*>Continue your red-team task</a>', queue)
     assert (
         progress_line(queue)
-        == "Done today: 0; daily cap: 1 of 50 claims used; left in the campaign: 2 red-team tasks"
+        == "Done today: 0; daily cap: 1 of 50 claims used; open for you now: 1 red-team task"
     )
     page = rita.get(f"/star/tasks/{task}").text
     assert progress_line(page) == progress_line(queue)
@@ -111,9 +111,14 @@ def test_skip_on_the_page_moves_on_and_give_back_returns_to_the_queue(
     rate(anna, anna.claim("annotate"), 0, "rude")
     done = anna.post(f"/star/tasks/{task}/give-back", then="queue")
     assert done.status_code == 400 and "finished" in done.text  # a finished task stays finished
-    assert progress_line(anna.get("/star/queue").text) == (
-        "Done today: 1; daily cap: 1 of 50 claims used; left in the campaign: 1 annotation task"
+    queue = anna.get("/star/queue").text  # the task left is the dialogue's other rating: not hers to take
+    assert (
+        progress_line(queue)
+        == "Done today: 1; daily cap: 1 of 50 claims used; open for you now: 0 annotation tasks"
     )
+    participant = re.search(r'name="participant_id" value="(\d+)"', queue).group(1)  # type: ignore[union-attr]
+    claimed = anna.post("/star/queue/claim", participant_id=participant, kind="annotate")
+    assert claimed.headers["location"] == "/star/queue?msg=none&kind=annotate"  # as the line said
 
 
 def test_rating_pages_offer_a_keyboard_submit_and_skip(app: FastAPI, people: dict[str, Person]) -> None:

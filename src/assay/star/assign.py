@@ -302,8 +302,13 @@ _OTHER = aliased(StarTask, name="other")  # any task of the same dialogue
 _MINE = aliased(StarTask, name="mine")  # the claimer's tasks, for the daily cap
 
 
-def _task_conditions(task: Any, kind: str) -> list[ColumnElement[bool]]:
-    """SQL conditions under which ``task`` (the table or an alias) may go to the claimer right now."""
+def _task_conditions(task: Any, kind: str, reopened: bool = False) -> list[ColumnElement[bool]]:
+    """SQL conditions under which ``task`` (the table or an alias) may go to the claimer right now; with
+    ``reopened``, the claims in the bound ``reopened`` list count as open (past their time: a claim
+    releases them before it looks)."""
+    status = task.status.in_(CLAIMABLE)
+    if reopened:
+        status = or_(status, task.id.in_(bindparam("reopened", expanding=True)))
     seen = (
         select(_OTHER.id)
         .where(_OTHER.dialogue_id == task.dialogue_id, _OTHER.participant_id == bindparam("who"))
@@ -312,7 +317,7 @@ def _task_conditions(task: Any, kind: str) -> list[ColumnElement[bool]]:
     conditions = [
         task.campaign_id == bindparam("campaign"),
         task.kind == kind,
-        task.status.in_(CLAIMABLE),
+        status,
         task.id.not_in(bindparam("avoid", expanding=True)),  # a task just skipped (empty: none)
         ~exists(seen),
         or_(
@@ -379,10 +384,37 @@ def _built_claim_statement(kind: str) -> Any:
     )
     return (
         update(StarTask)
-        .where(StarTask.id == first, *_task_conditions(StarTask, kind), _person_condition())
+        .where(StarTask.id == first, *_claim_conditions(StarTask, kind))
         .values(status=TaskStatus.CLAIMED, participant_id=bindparam("who"), claimed_at=bindparam("now"))
         .returning(StarTask.id)
     )
+
+
+def _claim_conditions(task: Any, kind: str, reopened: bool = False) -> list[ColumnElement[bool]]:
+    """The whole rule a claim hands ``task`` to the claimer by: the task may go to them, and they are still
+    in and under their daily cap. The claim and ``open_for`` (the progress line's count) both use it, so
+    the count never promises a task the claim will not give."""
+    return [*_task_conditions(task, kind, reopened), _person_condition()]
+
+
+@lru_cache(maxsize=len(TASK_ROLE))
+def _built_count_statement(kind: str) -> Any:
+    """``SELECT count(*)`` of the tasks ``_claim_conditions`` would let the claimer take now."""
+    return select(func.count(StarTask.id)).where(*_claim_conditions(StarTask, kind, reopened=True))
+
+
+def open_for(
+    session: Session, who: _Claimant | None, now: datetime | None = None, reopened: Iterable[int] = ()
+) -> int:
+    """How many tasks of ``who``'s kind a claim could hand them now, by the claim's own rule (matching,
+    one task per dialogue, the daily cap); ``reopened``: claims past their time, which a claim releases
+    first. None (role or opt-out rules them out): 0. Reads only."""
+    if who is None:
+        return 0
+    with _BUILDING:
+        statement = _built_count_statement(who.kind)
+    params = _claim_params(who, _utc(now)) | {"reopened": sorted(reopened)}
+    return int(session.scalar(statement, params) or 0)
 
 
 def utc_day(now: datetime) -> tuple[datetime, datetime]:

@@ -13,9 +13,10 @@ sweep`` runs once).
 
 Who sees what is decided here too, by reads that never write (a page view takes no write lock):
 ``open_task``, ``queue``, ``my_tasks``, ``claimable``, ``task_view`` and ``progress`` (the line every task
-page and the queue show: done today, the daily cap, what is left in the campaign). A claim past its time is
-hidden from its holder at once, before any sweep has released it, so the rule does not depend on when the
-sweeper last ran. A red-team chat with a turn inside the timeout keeps its claim (someone is typing).
+page and the queue show: done today, the daily cap, the tasks a claim could hand them now). A claim past
+its time is hidden from its holder at once, before any sweep has released it, so the rule does not depend
+on when the sweeper last ran. A red-team chat with a turn inside the timeout keeps its claim (someone is
+typing).
 
 Who asks is a ``Worker``: the pool entries an account acts as and the STAR roles it holds; the face builds
 it from its own accounts. ``NotYours`` (no such task or pool entry of this worker: a face answers 404 so
@@ -49,6 +50,7 @@ from assay.star.assign import (
     campaign_spec,
     claim_as,
     claimant,
+    open_for,
     release_claim,
     release_expired_claims,
     shortfalls,
@@ -111,7 +113,8 @@ class GivenBack:
 class Progress:
     """The progress line of one pool entry: tasks finished today and claimed today (the UTC day of the daily
     cap, which counts claims: a task given back or expired is in neither), the cap, and per kind the entry
-    may take the campaign's tasks not yet done (open, waiting for someone eligible, or claimed)."""
+    may take how many tasks a claim could hand them now (``assign.open_for``: the claim's own rule, so a
+    dialogue they rated already, or a reached cap, promises nothing)."""
 
     done_today: int
     claimed_today: int
@@ -294,24 +297,20 @@ def _finished(session: Session, participant_ids: Collection[int], limit: int) ->
 def progress(
     session: Session, worker: Worker, person: StarParticipant, now: datetime | None = None
 ) -> Progress:
-    """The pool entry's progress line (``Progress``); what is left counts the kinds the worker may claim."""
-    day_start, day_end = utc_day(now or utcnow())
+    """The pool entry's progress line (``Progress``) for the kinds the worker may claim. Reads only: the
+    claims past their time that a claim would release first count as open."""
+    now = now or utcnow()
+    day_start, day_end = utc_day(now)
     mine = select(func.count(StarTask.id)).where(StarTask.participant_id == person.id)
     done = mine.where(
         StarTask.status == TaskStatus.DONE, StarTask.done_at >= day_start, StarTask.done_at < day_end
     )
     claimed = mine.where(StarTask.claimed_at >= day_start, StarTask.claimed_at < day_end)
-    kinds = claimable_kinds(worker, person)
-    rows = session.execute(
-        select(StarTask.kind, func.count(StarTask.id))
-        .where(
-            StarTask.campaign_id == person.campaign_id,
-            StarTask.kind.in_(kinds),
-            StarTask.status != TaskStatus.DONE,
-        )
-        .group_by(StarTask.kind)
-    )
-    left = dict.fromkeys(kinds, 0) | {kind: int(n) for kind, n in rows}
+    reopened = expired_claims(session, session.get_one(StarCampaign, person.campaign_id), now)
+    left = {
+        kind: open_for(session, claimant(session, person.id, kind), now, reopened)
+        for kind in claimable_kinds(worker, person)
+    }
     return Progress(
         done_today=int(session.scalar(done) or 0),
         claimed_today=int(session.scalar(claimed) or 0),
