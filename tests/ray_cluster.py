@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psutil
 
+from assay.runner.hostlease import HOST_RESOURCE
+
 RAY = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "ray")
 # A lost node is noticed in about 3 s instead of Ray's default 15-30 s.
 FAST_FAILURE = {
@@ -135,6 +137,7 @@ class Cluster:
             "--block",
             f"--temp-dir={root / 'ray'}",
             f"--num-cpus={cpus:g}",
+            f'--resources={{"{HOST_RESOURCE}": 1}}',  # a sealed run holds the node alone (issue 44)
             "--object-store-memory=80000000",
             "--include-log-monitor=false",
             "--disable-usage-stats",

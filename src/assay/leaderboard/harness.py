@@ -288,6 +288,7 @@ def run_models(
     todo = [m for m in context["models"] if m not in context["done"]]
     random.SystemRandom().shuffle(todo)  # from a secret the team never sees: the order names no model
     fields = {"deadline": context["deadline"], "require_isolation": _sealing(context, sessions, job_id)}
+    fields["exclusive"] = context["split"] in SEALED_SPLITS  # the host alone while it runs (issue 44)
     fields["image"] = stored_image(context["artifact"])  # a container submission runs in its own image
     tasks = [
         detector_task(

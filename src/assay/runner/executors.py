@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from assay.errors import UserError
 from assay.runner.dispatch import run_task
+from assay.runner.hostlease import HOST_RESOURCE, host_lease, ray_resources
 from assay.runner.nodecache import cached, node_cache, trim
 from assay.runner.task import Task, TaskResult
 from assay.runner.transfer import Shipment, landed, ship_all
@@ -44,6 +45,11 @@ class LocalExecutor:
         self.workers, self.workdir, self.isolation = workers, workdir, isolation
 
     def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]:
+        """Run ``tasks`` holding this machine's lease (``hostlease``): alone when any is ``exclusive``."""
+        with host_lease(any(task.exclusive for task in tasks)):
+            return self._map(tasks, on_result)
+
+    def _map(self, tasks: Sequence[Task], on_result: OnResult | None) -> list[TaskResult]:
         done: dict[int, TaskResult] = {}
         with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="assay-runner") as pool:
             futures = {
@@ -151,6 +157,19 @@ def _native_stderr_muted() -> Iterator[None]:
         os.close(saved)
 
 
+def _host_share(exclusive: bool, offered: bool) -> dict[str, float]:
+    """The per-node custom resource a Ray task takes (``hostlease.ray_resources``); on a cluster whose
+    nodes do not offer it (``offered``) shared tasks run as before and an exclusive one is refused."""
+    if offered:
+        return ray_resources(exclusive)
+    if exclusive:
+        raise UserError(
+            f"this Ray cluster offers no {HOST_RESOURCE!r} resource, so a sealed run cannot hold a node "
+            f"alone: start every node with --resources='{{\"{HOST_RESOURCE}\": 1}}'"
+        )
+    return {}
+
+
 class RayExecutor:
     """Tasks as Ray tasks that reserve ``cpus``, ``gpus`` and ``memory`` from each task's limits, on nodes
     that share no file system with the submitter.
@@ -251,10 +270,12 @@ class RayExecutor:
                     if h is not None and h not in refs:
                         refs[h] = self._refs[h] if h in self._refs else _put_file(self.ray, blobs[h])
         calls = []
+        offered = bool(self.ray.cluster_resources().get(HOST_RESOURCE))
         for shipment in shipments:
             limits = shipment.task.limits
             needed = {h: refs[h] for h in [*shipment.stage.values(), shipment.image] if h is not None}
             options = self._options(limits.cpus, limits.gpus, limits.memory_bytes)
+            options["resources"] = _host_share(shipment.task.exclusive, offered)
             calls.append(remote.options(**options).remote(shipment, needed, self.workdir, self.isolation))
         # Keep what this call used, for the next one (a job's next chunk: the same detector, the same
         # training split); anything older leaves the object store.

@@ -62,7 +62,8 @@ class Task:
     extra host paths shown read-only where they are. ``outputs`` are file names read back from ``{output}``.
     ``deadline`` (epoch seconds) is a hard end shared by a job's tasks: a task runs until the earlier of it
     and its own ``wall_seconds``, and one that would start after it is not started. ``require_isolation``
-    refuses to run it anywhere bwrap is not available.
+    refuses to run it anywhere bwrap is not available. ``exclusive`` runs it only while its executor holds
+    the host (a Ray node) alone: no other job's task shares it (``hostlease``; a sealed job's tasks).
 
     Staged entries are copied into a fresh folder of the run, under their stage names, with new inodes and
     one fixed modification time, so nothing inside (a path, ``/proc``, ``stat``) tells which model or host
@@ -87,6 +88,7 @@ class Task:
     require_isolation: bool = False
     image: str | None = None
     shared_stage: frozenset[str] = frozenset()
+    exclusive: bool = False
 
     def __post_init__(self) -> None:
         if not self.argv:

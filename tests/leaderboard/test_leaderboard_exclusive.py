@@ -1,0 +1,111 @@
+"""Issue 44, exclusive hosts: while a sealed job's detector runs on a machine, no other job's run shares it.
+
+Two runs on one machine share free memory, the page cache and the CPUs; a practice run (whose stderr its
+team reads) beside a test run of the same team decoded 16 of 16 hash slots through sysinfo. Here two real
+workers (``assay leaderboard worker --once``, two processes on this machine) take a practice job and a
+sealed test job at once; each detector run writes when it started and ended. Before the host lease the two
+jobs' runs overlapped; now no sealed run overlaps any practice run, and the lease's own rules (shared
+holders together, an exclusive one alone and ahead of later shared ones) are checked with threads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from test_leaderboard import fake_detector
+
+from assay.leaderboard import rounds, submissions
+from assay.runner import isolation
+from assay.runner.hostlease import host_lease
+from assay.store import Job, open_store
+from fake_board import fake_splits
+
+STAMPING = (
+    "start = time.time()\n"
+    "time.sleep({sleep})\n"
+    "print(f'ran {{start}} {{time.time()}}')\n"
+    "open(args.result_filepath, 'w').write('0.5')\n"
+)
+
+
+def _spans(url: str) -> dict[str, list[tuple[float, float]]]:
+    """Each job's detector runs as (start, end), by split; and which worker ran each job."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    with open_store(url)() as session:
+        for job in session.scalars(select(Job)):
+            for result in job.results:
+                _, start, end = result.stdout.split()
+                spans.setdefault(job.submission.split.name, []).append((float(start), float(end)))
+    return spans
+
+
+def _workers(url: str) -> set[str | None]:
+    with open_store(url)() as session:
+        return set(session.scalars(select(Job.worker)))
+
+
+@pytest.mark.skipif(isolation.isolation_available() != "bwrap", reason="sealed jobs need bubblewrap")
+def test_no_practice_run_shares_the_host_with_a_sealed_run(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'lb.db'}"
+    sessions = open_store(url)
+    with sessions.begin() as session:
+        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=0)
+        rounds.set_status(session, "r1", "open")
+        rounds.add_team(session, "alpha")
+    with sessions.begin() as session:  # the practice job first: it holds the host when the sealed one comes
+        practice = fake_detector(tmp_path / "p", STAMPING.format(sleep=1.5))
+        submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", "train", practice)
+    with sessions.begin() as session:
+        sealed = fake_detector(tmp_path / "s", STAMPING.format(sleep=0.3))
+        submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", "test", sealed)
+    env = {**os.environ, "ASSAY_DB_URL": url, "ASSAY_HOST_LEASE": str(tmp_path / "host.lease")}
+    command = [sys.executable, "-m", "assay", "leaderboard", "worker", "--once", "--workers", "2"]
+    first = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # the first worker claims the practice job; the second then takes the sealed one
+    second = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    for worker in (first, second):
+        _, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+    spans = _spans(url)
+    overlaps = [
+        (s, p) for s in spans["test"] for p in spans["train"] if s[0] < p[1] and p[0] < s[1]
+    ]  # fmt: skip
+    print(f"\nworkers {_workers(url)}; sealed runs overlapping practice runs: {len(overlaps)}")
+    assert len(_workers(url)) == 2, "one worker ran both jobs: no concurrency to test"
+    assert len(spans["test"]) == len(spans["train"]) == 4
+    assert overlaps == []
+
+
+def _holding(exclusive: bool, path: Path, log: list[str], name: str, hold_s: float) -> threading.Thread:
+    def hold() -> None:
+        with host_lease(exclusive, path):
+            log.append(f"{name} in")
+            time.sleep(hold_s)
+            log.append(f"{name} out")
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    return thread
+
+
+def test_the_lease_is_shared_by_practice_and_held_alone_by_a_sealed_run(tmp_path: Path) -> None:
+    path, log = tmp_path / "host.lease", []
+    a = _holding(False, path, log, "a", 0.4)
+    b = _holding(False, path, log, "b", 0.4)
+    time.sleep(0.1)
+    assert sorted(log) == ["a in", "b in"]  # shared holders together
+    sealed = _holding(True, path, log, "sealed", 0.2)
+    time.sleep(0.1)
+    late = _holding(False, path, log, "late", 0.1)  # arrives after the sealed run asked: waits for it
+    for thread in (a, b, sealed, late):
+        thread.join(timeout=10)
+    sealed_in, sealed_out = log.index("sealed in"), log.index("sealed out")
+    assert {"a out", "b out"} <= set(log[:sealed_in]) and sealed_out == sealed_in + 1
+    assert log.index("late in") > sealed_out
