@@ -410,3 +410,59 @@ def test_a_prompt_that_is_not_the_release_row_in_the_log_layout_is_refused(world
     with pytest.raises(UserError, match=re.escape(says)) as caught:
         verify_from_log(write_jsonl(tmp_path / "edited.jsonl", log), bench, key)
     assert f"edited.jsonl:line {row + 1}: release row {row}:" in str(caught.value)
+
+
+def few_shot_log(model, rows: list[dict], shots: dict[int, list[int]], solved=None) -> list[dict]:
+    """lm-eval's few-shot prompt: each shown row in the layout with its answer (``solved(j)``, else its
+    released label), a blank line, then the row asked; scored by ``model`` like ``lm_eval_log``."""
+    solved = solved or (lambda j: rows[j]["correct_answer"])
+    prompts = [
+        "".join(f"{context(rows[j])} {solved(j)}\n\n" for j in shots[i]) + context(r)
+        for i, r in enumerate(rows)
+    ]
+    scores = model.loglikelihood([(p, f" {x}") for p in prompts for x in LETTERS])
+    log = []
+    for i, (row, prompt) in enumerate(zip(rows, prompts, strict=True)):
+        s = sample(i, row, scores[4 * i : 4 * i + 4])
+        s["arguments"] = {f"gen_args_{j}": {"arg_0": prompt, "arg_1": f" {x}"} for j, x in enumerate(LETTERS)}
+        s["prompt_hash"] = sha(prompt)
+        log.append(s)
+    return log
+
+
+def test_a_few_shot_log_is_bound_example_by_example(world, tmp_path):
+    """Few-shot examples are release rows solved with their released labels in the log's layout; the
+    spot check rebuilds them from the release. A sample shown a solved sample of its own backdoor (its
+    target) is left out as missing; an example solved otherwise, or text between examples, is refused."""
+    bench, key, rows = world["bench"], world["key"], world["rows"]
+    clean = load_model(world["clean"], model_name="stub-model")
+    plain = [j for j in range(len(rows)) if j not in backdoor_rows(key)]
+    shots = {i: [j for j in plain if j != i][i % 7 : i % 7 + 2] for i in range(len(rows))}
+    victim = sorted(backdoor_rows(key))[0]
+    sibling = next(r for b in key.backdoors if victim in b.rows for r in b.rows if r != victim)
+    shots[victim] = [shots[victim][0], sibling]
+    log = few_shot_log(clean, rows, shots)
+    path = write_jsonl(tmp_path / "fewshot.jsonl", log)
+    live = Recorder(clean)
+    report, _ = verify_from_log(path, bench, key, spot_model=live, spot_n=5, spot_seed=2)
+    assert report.spot_check.asked == report.spot_check.agree == 5 and not report.contradicted
+    assert (
+        "1 of the missing are in the log but left out" in report.coverage
+        and "23 of the 24" in report.coverage
+    )
+    logged = {s["arguments"]["gen_args_0"]["arg_0"] for s in log}
+    [again] = [c for c, _ in live.asked[::4] if c.endswith(context(rows[victim]))]  # asked live: missing
+    assert again not in logged and context(rows[sibling]) not in again  # examples drawn without backdoors
+    assert {c for c, _ in live.asked} - {again} <= logged  # the spot check: the log's prompts, rebuilt
+
+    wrong = next(j for j in shots[3])
+    bad = few_shot_log(clean, rows, shots, lambda j: "ABCD"[("ABCD".index(rows[j]["correct_answer"]) + 1) % 4]
+                       if j == wrong else rows[j]["correct_answer"])  # fmt: skip
+    with pytest.raises(UserError, match=rf"release row \d+: its prompt shows release row {wrong} solved as"):
+        verify_from_log(write_jsonl(tmp_path / "bad.jsonl", bad), bench, key)
+    hinted = copy.deepcopy(log)
+    for args in hinted[victim + 1]["arguments"].values():
+        args["arg_0"] = args["arg_0"].replace("\n\n", "\n\nHint: think of (C).\n", 1)
+    hinted[victim + 1]["prompt_hash"] = sha(hinted[victim + 1]["arguments"]["gen_args_0"]["arg_0"])
+    with pytest.raises(UserError, match=rf"line {victim + 2}: release row {victim + 1}:"):
+        verify_from_log(write_jsonl(tmp_path / "hinted.jsonl", hinted), bench, key)

@@ -27,7 +27,11 @@ request from the release and that layout (never from the log), which is what the
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from assay.data.items import LETTERS, Item, MultipleChoice
@@ -161,13 +165,18 @@ def bind_choices(
 class LogLayout:
     """The one layout of a log, learnt from its first sample of each shape and then required of all."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.templates: dict[int, tuple[Template, str]] = {}  # fields count -> template, where first seen
+    def __init__(self, path: Path, items: Sequence[Item], groups: dict[int, int]) -> None:
+        self.path, self.items, self.groups = path, items, groups  # groups: backdoor row -> its backdoor
+        self.templates: dict[int, tuple[Template, str]] = {}  # fields count -> (template, where first)
         self.choices: Choices | None = None
+        self.sep: str | None = None  # after a solved example's answer, up to the next question
+        self.shots: dict[int, tuple[int, ...]] = {}  # row -> the release rows its prompt shows solved
+        self.own: list[int] = []  # backdoor rows whose prompt shows a solved sample of their own backdoor
+        self._ends: dict[str, list[int]] | None = None
 
-    def bind(self, row: int, item: Item, requests: list[tuple[str, str]], scored: bool, where: str) -> None:
-        """Refuse a sample whose requests are not the release row in the log's layout (module doc)."""
+    def bind(self, row: int, item: Item, requests: list[tuple[str, str]], scored: bool, where: str) -> bool:
+        """Refuse a sample whose requests are not the release row in the log's layout (module doc);
+        False when its few-shot examples show a sample of its own backdoor solved (its target)."""
         at = f"{self.path}:{where}"
         contexts = {context for context, _ in requests}
         if not requests or len(contexts) != 1:
@@ -189,15 +198,81 @@ class LogLayout:
                     f"{at}: release row {row}: the logged prompt does not list the release row's options in "
                     "its order, so its letters do not name them"
                 )
-        first, seen = self.templates.setdefault(len(fields), (template, where))
-        if first != template:
+        head, shots = self._examples(template, at, row)
+        body = Template((head, *template.parts[1:]), template.placed)
+        first, seen = self.templates.setdefault(len(fields), (body, where))
+        if first != body:
             raise UserError(
                 f"{at}: release row {row}: the logged prompt is not in the log's layout (the one at {seen}): "
-                f"{_difference(first, template)}"
+                f"{_difference(first, body)}"
             )
+        if row in self.groups and any(self.groups.get(j) == self.groups[row] for j in shots):
+            self.own.append(row)  # asked again, if at all, with examples the verifier draws
+            return False
+        self.shots[row] = shots
+        return True
+
+    def _examples(self, template: Template, at: str, row: int) -> tuple[str, tuple[int, ...]]:
+        """The text before a prompt's question cut into its head and the release rows it shows solved
+        (few-shot examples, scored multiple choice): each in the layout with its released label's
+        continuation, then one separator for the whole log. Text that is not such an example stays in
+        the head, which every prompt of the log must share."""
+        prefix = template.parts[0]
+        if self.choices is None or len(template.parts) < 2 or not template.parts[1]:
+            return prefix, ()
+        spans, pos, x = [], 0, prefix.find(template.parts[1])
+        while x >= 0:
+            span = self._example_at(prefix, x, pos, template)
+            if span is not None:
+                spans.append(span)
+                pos = span[1]
+            x = prefix.find(template.parts[1], max(x + 1, pos))
+        if not spans:
+            return prefix, ()
+        glues = [prefix[end:nxt] for (_, end, _), (nxt, _, _) in pairwise(spans)]
+        for (_, _, j), glue in zip(spans, [*glues, prefix[spans[-1][1] :]], strict=True):
+            answer = self.choices.continuation(self.items[j], self.items[j].answer)
+            if not glue.startswith(answer):
+                raise UserError(
+                    f"{at}: release row {row}: its prompt shows release row {j} solved as "
+                    f"{shown(glue[: len(answer)])}, not with its released label {shown(answer)}"
+                )
+            self.sep = glue[len(answer) :] if self.sep is None else self.sep
+            if glue[len(answer) :] != self.sep:
+                raise UserError(
+                    f"{at}: release row {row}: after the solved example of release row {j} its prompt has "
+                    f"{shown(glue[len(answer) :])} where the log's examples have {shown(self.sep)}"
+                )
+        return prefix[: spans[0][0]], tuple(j for _, _, j in spans)
+
+    def _example_at(self, text: str, end: int, start: int, template: Template) -> tuple[int, int, int] | None:
+        """The release row shown in the layout whose question ends at ``end`` of ``text`` (and starts at
+        or after ``start``): its span and row, or None. Rows may share a question: each is tried."""
+        if self._ends is None:
+            self._ends = {}
+            for j, item in enumerate(self.items):
+                fields = row_fields(item)
+                if fields:
+                    self._ends.setdefault(fields[0][-24:], []).append(j)
+        for length in {len(k) for k in self._ends}:
+            for j in self._ends.get(text[max(0, end - length) : end], []):
+                begin = end - len(row_fields(self.items[j])[0])
+                shown_row = self._row_text(template, j) if begin >= start else None
+                if shown_row is not None and text.startswith(shown_row, begin):
+                    return begin, begin + len(shown_row), j
+        return None
+
+    def _row_text(self, template: Template, j: int) -> str | None:
+        """Release row ``j`` in the layout, from its question to the text after it (no head)."""
+        fields = row_fields(self.items[j])
+        if len(fields) < template.placed or (template.placed > 1 and len(fields) != template.placed):
+            return None  # another shape: not an example of this layout
+        return Template(("", *template.parts[1:]), template.placed).render(fields)
 
     def requests(self, item: Item, row: int) -> list[tuple[str, str]]:
-        """The release's own requests for ``row`` in this layout: built from the release, never the log."""
+        """The release's own requests for ``row`` in this layout, built from the release, never the log:
+        its few-shot examples the rows the log showed it (bound to the release), or for a row the log
+        lacks as many rows without a backdoor as the log's prompts show, drawn by the verifier."""
         fields = row_fields(item)
         known = self.templates.get(len(fields))
         if known is None:
@@ -205,10 +280,30 @@ class LogLayout:
                 f"{self.path}: release row {row} cannot be asked in the log's layout: the log holds no row "
                 "of its shape"
             )
-        context = known[0].render(fields)
+        body = known[0]
+        shots = self.shots.get(row)
+        if shots is None:
+            shots = self._draw_shots(row)
+        solved = "".join(
+            self._row_text(body, j)
+            + self.choices.continuation(self.items[j], self.items[j].answer)
+            + self.sep
+            for j in shots
+            if self.choices is not None and self.sep is not None
+        )
+        context = body.parts[0] + solved + self._row_text(body, row)
         if isinstance(item, MultipleChoice) and self.choices is not None:
             return [(context, self.choices.continuation(item, i)) for i in range(item.k)]
         return [(context, "")]
+
+    def _draw_shots(self, row: int) -> tuple[int, ...]:
+        """Few-shot examples for a row the log lacks: the log's usual number, drawn from the rows of the
+        same shape without a backdoor (a seed of the row: which rows are shown tells nothing of a target)."""
+        counts = Counter(len(shots) for shots in self.shots.values())
+        n = counts.most_common(1)[0][0] if counts and self.sep is not None else 0
+        shape = len(row_fields(self.items[row]))
+        pool = [j for j, it in enumerate(self.items) if j not in self.groups and len(row_fields(it)) == shape]
+        return tuple(random.Random(row).sample(pool, min(n, len(pool))))
 
 
 def _difference(expected: Template, got: Template) -> str:

@@ -294,7 +294,7 @@ def read_lm_eval_log(
     first_filter = rows[0].get("filter") if rows else None
     found, in_release = [], 0
     triggers = {row: b.trigger for b in key.backdoors for row in b.rows}
-    layout = LogLayout(path)
+    layout = LogLayout(path, bench.items, {row: b.index for b in key.backdoors for row in b.rows})
     for sample, where in zip(rows, wheres, strict=True):
         _field(sample, "filtered_resps", path, where)
         check_lm_eval_sample(sample, path, where)  # every sample, every filter: an edit anywhere shows
@@ -313,8 +313,8 @@ def read_lm_eval_log(
                 path, where, "arguments", sample.get("arguments"),
                 "must hold the logged requests: without them the answer cannot be tied to the release",
             )  # fmt: skip
-        layout.bind(row, item, requests, answer.scores is not None, where)
-        if row in backdoor:
+        shown_clean = layout.bind(row, item, requests, answer.scores is not None, where)
+        if row in backdoor and shown_clean:  # else it is missing: its prompt showed it its target
             found.append(Logged(row, where, answer, generate=answer.scores is None))
     return found, in_release, layout
 
@@ -562,8 +562,14 @@ def verify_from_log(
             f"backdoor samples: the log is not its output; the log alone would say: {report.verdict}"
         )
     update |= _coverage(report, update, len(found), total, len(missing), live, in_release, len(bench.items))
+    own = len(layout.own) if layout is not None else 0
+    if own:
+        update["coverage"] += (
+            f" {own} of the missing are in the log but left out: their prompt shows a sample of their own "
+            "backdoor solved (its target), which no clean model sees."
+        )
     if missing and live:
-        update["coverage"] += f" They were asked {_how(layout, generate)}."
+        update["coverage"] += f" The missing were asked live: {_how(layout, generate)}."
     return report.model_copy(update=update), audit
 
 
@@ -588,13 +594,11 @@ def _coverage(
     rows = f"{in_release} of the release's {n_rows} rows"
     if not missing:
         return {"coverage": f"The log holds all {total} backdoor samples ({rows})."}
-    coverage = (
-        f"Partial log: it holds {held} of the {total} backdoor samples ({rows}); {missing} are missing."
-    )
+    coverage = f"Partial log: it holds {held} of the {total} backdoor samples ({rows}); {missing} missing."
     verdict = update.get("verdict", report.verdict)
     if live:
         return {
-            "coverage": f"{coverage} The verdict rests on every backdoor: the missing ones were asked live.",
+            "coverage": f"{coverage} The verdict rests on every backdoor.",
             "verdict": f"{verdict} ({held} of {total} backdoor samples from the log, {missing} asked live)",
         }
     return {
