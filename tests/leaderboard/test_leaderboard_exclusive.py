@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 from test_leaderboard import fake_detector
 
+from assay.errors import UserError
 from assay.leaderboard import rounds, submissions
-from assay.runner import isolation
+from assay.leaderboard.worker import work
+from assay.runner import LocalExecutor, isolation
 from assay.runner.hostlease import host_lease
 from assay.store import Job, open_store
 from fake_board import fake_splits
@@ -33,6 +36,17 @@ STAMPING = (
     "print(f'ran {{start}} {{time.time()}}')\n"
     "open(args.result_filepath, 'w').write('0.5')\n"
 )
+
+
+def _open_round(tmp_path: Path) -> tuple[str, sessionmaker[Session]]:
+    """An open round r1 over the fake splits, with team alpha; its database URL and sessions."""
+    url = f"sqlite:///{tmp_path / 'lb.db'}"
+    sessions = open_store(url)
+    with sessions.begin() as session:
+        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=0)
+        rounds.set_status(session, "r1", "open")
+        rounds.add_team(session, "alpha")
+    return url, sessions
 
 
 def _spans(url: str) -> dict[str, list[tuple[float, float]]]:
@@ -53,12 +67,7 @@ def _workers(url: str) -> set[str | None]:
 
 @pytest.mark.skipif(isolation.isolation_available() != "bwrap", reason="sealed jobs need bubblewrap")
 def test_no_practice_run_shares_the_host_with_a_sealed_run(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'lb.db'}"
-    sessions = open_store(url)
-    with sessions.begin() as session:
-        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=0)
-        rounds.set_status(session, "r1", "open")
-        rounds.add_team(session, "alpha")
+    url, sessions = _open_round(tmp_path)
     with sessions.begin() as session:  # the practice job first: it holds the host when the sealed one comes
         practice = fake_detector(tmp_path / "p", STAMPING.format(sleep=1.5))
         submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", "train", practice)
@@ -109,3 +118,21 @@ def test_the_lease_is_shared_by_practice_and_held_alone_by_a_sealed_run(tmp_path
     sealed_in, sealed_out = log.index("sealed in"), log.index("sealed out")
     assert {"a out", "b out"} <= set(log[:sealed_in]) and sealed_out == sealed_in + 1
     assert log.index("late in") > sealed_out
+
+
+@pytest.mark.skipif(isolation.isolation_available() != "bwrap", reason="sealed jobs need bubblewrap")
+def test_a_pool_for_sealed_jobs_leaves_practice_jobs_to_another(tmp_path: Path) -> None:
+    """``worker --splits test,holdout``: sealed jobs on machines of their own, so no practice job waits on
+    one (a practice job queued behind a sealed job started when it let go: its end to the second)."""
+    _, sessions = _open_round(tmp_path)
+    answer = "open(args.result_filepath, 'w').write('0.5')"
+    for split in ("train", "test"):
+        with sessions.begin() as session:
+            detector = fake_detector(tmp_path / split, answer)
+            submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", split, detector)
+    assert work(sessions, LocalExecutor(2), once=True, splits=["test", "holdout"]) == 1
+    with sessions() as session:
+        statuses = {job.submission.split.name: job.status for job in session.scalars(select(Job))}
+    assert statuses == {"train": "queued", "test": "done"}
+    with pytest.raises(UserError, match="--splits: 'tset' is not one of train, test, holdout, smoke"):
+        work(sessions, LocalExecutor(1), once=True, splits=["tset"])

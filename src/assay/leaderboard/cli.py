@@ -458,6 +458,12 @@ def worker(
     min_free_mb: int = typer.Option(
         512, "--min-free-mb", min=0, help="Claim nothing while ASSAY_HOME or the temp dir has less free."
     ),
+    splits: str | None = typer.Option(
+        None,
+        "--splits",
+        help="Only jobs on these splits, comma-separated: test,holdout for a pool of machines of its own "
+        "for sealed jobs, train,smoke for practice, so practice jobs never wait on a sealed one.",
+    ),
 ) -> None:
     """Claim and run queued jobs (each model in its own sandbox), then score them.
 
@@ -467,8 +473,11 @@ def worker(
     job back at once (its scored models kept) and exits 0. Logs go to stderr, as JSON lines with
     ASSAY_LOG_FORMAT=json.
 
-    Example: assay leaderboard worker --once --workers 2
+    Example: assay leaderboard worker --once --workers 2 --splits test,holdout
     """
+    pool = None if splits is None else [name.strip() for name in splits.split(",") if name.strip()]
+    if pool is not None:
+        worker_loop.on_splits(pool)  # a wrong name is one line, before the executor starts
     settings = config.settings()
     logs.configure(logs.check_format(settings.log_format), settings.log_level)
     runner = executors.make_executor(executor, workers, address)
@@ -478,7 +487,9 @@ def worker(
     kill = worker_loop.kill_detectors if executor == "local" else (lambda: None)
     with worker_loop.Stopper(kill).installed() as stopper:
         try:
-            count = worker_loop.work(sessions, runner, once=once, stopper=stopper, preflight=preflight)
+            count = worker_loop.work(
+                sessions, runner, once=once, stopper=stopper, preflight=preflight, splits=pool
+            )
         except worker_loop.CannotWork as exc:
             worker_loop.logger.error("worker stops: it cannot run the queued jobs: %s", exc)
             raise typer.Exit(worker_loop.EXIT_CANNOT_WORK) from None

@@ -41,7 +41,7 @@ from assay.retry import retry
 from assay.runner import Executor, RayExecutor, isolation_available
 from assay.store.enums import JobStatus, RoundStatus, SubmissionStatus
 from assay.store.heartbeat import Heartbeat
-from assay.store.models import Job, Round, Submission, utcnow
+from assay.store.models import SPLIT_NAMES, Job, Round, Split, Submission, utcnow
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "claim_job", "run_job", "work", "worker_name"]
 
@@ -68,6 +68,16 @@ def _claimable(stale_after_s: float):  # type: ignore[no-untyped-def]
         and_(Job.status == JobStatus.QUEUED, due(now)),
         and_(Job.status == JobStatus.RUNNING, Job.heartbeat_at < stale),
     )
+
+
+def on_splits(splits: Sequence[str]):  # type: ignore[no-untyped-def]
+    """The condition "this job runs on one of ``splits``": a worker pool of its own for sealed jobs
+    (``--splits test,holdout``) never makes a practice job wait on one (docs/leaderboard.md)."""
+    unknown = [name for name in splits if name not in SPLIT_NAMES]
+    if unknown or not splits:
+        raise UserError(f"--splits: {unknown[0] if unknown else ''!r} is not one of {', '.join(SPLIT_NAMES)}")
+    on = select(Submission.id).join(Split, Split.id == Submission.split_id).where(Split.name.in_(splits))
+    return Job.submission_id.in_(on)
 
 
 def claim_job(
@@ -346,17 +356,21 @@ def work(
     on_job: Callable[[int, str], None] | None = None,
     stopper: Stopper | None = None,
     preflight: Preflight | None = None,
+    splits: Sequence[str] | None = None,
 ) -> int:
     """Run jobs until the queue is empty (``once``), a stop signal (``stopper``), or forever; returns the
     number of jobs run. Under ``once`` a worker left with queued jobs it cannot run raises ``CannotWork``
-    (one that merely could not run an open round's future jobs says so in its log and row, and returns)."""
+    (one that merely could not run an open round's future jobs says so in its log and row, and returns).
+    ``splits``: only jobs on these splits (``on_splits``); the others are another pool's."""
+    pool = on_splits(splits) if splits is not None else None
     stopper = stopper or Stopper()
     executor_name = "ray" if isinstance(executor, RayExecutor) else "local"
     preflight = preflight or Preflight(sessions, local=executor_name == "local")
     count = 0
     with Presence(sessions, _announce(sessions, executor_name, preflight), executor_name) as presence:
         while not stopper.event.is_set():
-            ready = preflight.check(_claimable(stale_after_s))
+            claimable = _claimable(stale_after_s)
+            ready = preflight.check(claimable if pool is None else and_(claimable, pool))
             presence.report(ready.problem)
             job_id = claim_job(sessions, presence.name, stale_after_s, among=ready.servable)
             if job_id is None:
