@@ -2,10 +2,13 @@
 
 Why: a key replaced after its release went public can never be revealed again (its commitment no longer
 matches anything), and a verdict written over the log it was read from destroys the evidence. So every
-command names its outputs up front, before any work (a draw, a query, a training step), and this module
-refuses, in one line naming the file, any output that exists already or is one of the command's inputs.
-With ``--force`` the existing file or folder is first copied aside with a timestamp (``NAME.STAMP.bak``)
-and the command proceeds; an input is never an output, even with ``--force``.
+command names its outputs up front, before any work (a draw, a query, a training step), and one check
+(``claim_outputs``, every path resolved with its links followed) refuses, in one line naming the file, an
+output that exists already, is one of the command's inputs, lies inside an input folder or holds an input,
+or lies in a folder nothing of the command may enter (verify: the release's folder). With ``--force`` the
+existing file or folder is first kept as ``NAME.STAMP.bak`` (a hard link, else a copy, checked equal) and
+the command proceeds; an input is never an output, even with ``--force``. ``Claim.replacing()`` wraps the
+writes: a disk that refuses them (full, read-only) is one line, the copies removed, the previous files kept.
 """
 
 from __future__ import annotations
