@@ -385,6 +385,16 @@ def test_a_log_cut_to_the_rows_answered_with_their_label_accuses_no_one(world, t
         8,
     )
     assert not completed.contradicted and f"{24 - held} asked live" in completed.verdict
+    # The command line says it too: no verdict alone; with the model's spec and --spot-check, a verdict.
+    args = ["dyepack", "verify", "--release", str(world["prepared"].release_path), "--key"]
+    args += [str(world["prepared"].key_path), "--from-log", str(path), "--alpha", "0.1"]
+    said = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "alone")])
+    assert said.exit_code == 0, said.output
+    assert "NO VERDICT from a partial log" in " ".join(said.stdout.split())
+    spot = [world["clean"], "--model-name", "stub-model", "--spot-check", "3", "--json"]
+    judged = CliRunner().invoke(app, [*args[:2], *spot, *args[2:], "--out", str(tmp_path / "live")])
+    assert judged.exit_code == 0, judged.output
+    assert json.loads(judged.stdout)["activated"] == honest.activated
 
 
 @pytest.mark.parametrize(

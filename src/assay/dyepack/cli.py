@@ -407,7 +407,8 @@ def verify(
         0,
         "--spot-check",
         help="With --from-log and a MODEL spec: re-ask N random backdoor samples of the log of the live "
-        "model (the log's own requests where it has them); a disagreement contradicts the log.",
+        "model, rebuilt from the release in the log's layout; a disagreement contradicts the log. The "
+        "backdoor samples a partial log lacks are asked too (without them it gives no verdict).",
     ),
     spot_check_seed: int | None = typer.Option(
         None, help="Seed of the --spot-check draw (default: OS entropy; the report records it)."
@@ -565,7 +566,8 @@ def show_report(report: VerifyReport) -> None:
         f"Samples answered with their target: {report.samples_on_target}/{report.samples} "
         f"({report.share_on_target:.0%}); unparsed: {report.unparsed}"
     )
-    style = "bold red" if report.flagged else "bold green"
+    judged = not report.verdict.startswith("NO VERDICT")  # a partial log alone (fromlog.PARTIAL_RULE)
+    style = "bold red" if report.flagged else "bold green" if judged else "bold yellow"
     console.print(f"[{style}]{report.verdict}[/]")
 
 
