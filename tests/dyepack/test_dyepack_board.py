@@ -26,6 +26,7 @@ from assay.dyepack.prepare import PrepareResult
 from assay.dyepack.prompts import Template
 from assay.errors import UserError
 from assay.models.stub_server import StubServer, serve_stub
+from assay.store.dyepack_models import DyePackRun
 from assay.store.engine import open_store
 from board_kit import (
     expected_activated,
@@ -199,12 +200,48 @@ def test_a_release_without_its_key_waits_and_a_failed_cell_is_tried_again(
     cells = snapshot(sessions).cells[0]
     assert [c.state for c in cells] == ["failed", "pending"]
     assert cells[0].error == "the run stopped with RuntimeError: the model server is down"
-    assert snapshot(sessions).pending == 2
+    assert (snapshot(sessions).pending, snapshot(sessions).failed) == (1, 1)  # failed is not pending
 
     flag.touch()
-    plans = check(sessions, only_a)  # the failed cell is pending again; release b still waits for its key
+    plans = check(sessions, only_a)  # a failed cell is not run again on every check (issue 47)
+    assert [(p.release, len(p.jobs)) for p in plans] == [("release-b", 0)]
+    with sessions() as session:  # only when the organiser asks; release b still waits for its key
+        plans = board.plan_checks(session, board.keys_in(only_a), retry_failed=True)
+    board.check_pending(sessions, plans)
     assert [len(p.jobs) for p in plans] == [1, 0]
     assert [c.state for c in snapshot(sessions).cells[0]] == ["done", "pending"]
+
+
+def test_a_model_leaves_the_board_with_its_runs_kept_but_not_while_one_runs(
+    sessions: sessionmaker[Session], kit: dict[str, PrepareResult], tmp_path: Path
+) -> None:
+    """A model that cannot be asked used to stay on the board for ever, one cell pending per release."""
+    register(sessions, kit)
+    broken = add(sessions, "broken", f"python:{tmp_path / 'missing.py'}:answer")
+    add(sessions, "kept", f"python:{tmp_path / 'missing.py'}:answer")
+    check(sessions, kit["a"].key_path.parent)
+    with sessions() as session:
+        run_ids = [c.run_id for c in board.build_board(session).cells[0] if c.run_id]
+        assert [session.get_one(DyePackRun, r).status for r in run_ids] == ["failed"]
+    with sessions.begin() as session:
+        session.get_one(DyePackRun, run_ids[0]).status = "running"
+    with sessions.begin() as session, pytest.raises(UserError, match="a check of it is under way"):
+        board.drop_model(session, broken)
+    with sessions.begin() as session:
+        session.get_one(DyePackRun, run_ids[0]).status = "failed"
+    with sessions.begin() as session:
+        board.drop_model(session, board.model_named(session, "broken"))
+    with sessions() as session:
+        assert [m.name for m in board.build_board(session).models] == ["kept"]
+        assert session.get_one(DyePackRun, run_ids[0]).model_id is None  # still a run of the registry
+        with pytest.raises(UserError, match="no model named 'broken' on the board"):
+            board.model_named(session, "broken")
+    db = ["--db", f"sqlite:///{tmp_path / 'board.db'}"]
+    gone = CliRunner().invoke(root_app, ["dyepack", "board", "drop", "broken", *db])
+    assert isinstance(gone.exception, UserError)  # main(): one line, exit 2
+    assert str(gone.exception) == "model: no model named 'broken' on the board"
+    kept = CliRunner().invoke(root_app, ["dyepack", "board", "drop", "kept", *db])
+    assert kept.exit_code == 0 and "dropped model kept from the board" in kept.output
 
 
 def test_keys_are_matched_by_commitment_and_releases_found_beside_them_or_under_a_folder(

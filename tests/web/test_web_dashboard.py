@@ -48,7 +48,7 @@ def test_dashboard_shows_every_pillar_and_matches_its_api(site) -> None:  # type
     olga = signed_in(app, seeded, "olga")
     page = olga.get("/dashboard")
     assert page.status_code == 200
-    assert "demo-campaign" in page.text and "1 registered release" in page.text
+    assert "demo-campaign" in page.text and "1 registered release;" in page.text
     overview = olga.get("/api/v1/dashboard").json()
     campaign = overview["campaigns"][0]
     assert campaign["name"] == "demo-campaign" and campaign["dialogues"] == 1

@@ -71,7 +71,9 @@ def login(client: TestClient, username: str) -> str:
     return csrf(client, "/dyepack/board")
 
 
-def check(client: TestClient, token: str, release_id: int, prepared: PrepareResult) -> httpx.Response:
+def check(
+    client: TestClient, token: str, release_id: int, prepared: PrepareResult, **fields: str
+) -> httpx.Response:
     files = {
         "release": (
             prepared.release_path.name,
@@ -80,7 +82,7 @@ def check(client: TestClient, token: str, release_id: int, prepared: PrepareResu
         ),
         "key": ("key.json", prepared.key_path.read_bytes(), "application/json"),
     }
-    data = {"csrf_token": token, "release_id": str(release_id)}
+    data = {"csrf_token": token, "release_id": str(release_id), **fields}
     return client.post("/dyepack/board/check", data=data, files=files)
 
 
@@ -106,8 +108,9 @@ def test_organisers_add_models_and_check_pending_cells_everyone_sees_only_verdic
         "mode": "chat",
         "fewshot": "0",
     }
-    assert client.post("/dyepack/board/models", data=form).headers["location"] == "/dyepack/board"
-    added = client.post(
+    added = client.post("/dyepack/board/models", data=form)
+    assert added.headers["location"] == "/dyepack/board?msg=added&subject=1"
+    added = client.post(  # the API says so in its answer
         "/api/v1/dyepack/board/models",
         json={"name": "saw-a", "spec": python_memoriser(tmp_path, kit["a"].release_path)},
         headers={"x-csrf-token": token},
@@ -196,6 +199,52 @@ def test_reading_a_full_board_writes_nothing(
     assert states == [["done", "pending"], ["failed", "pending"]] and caught == []
 
 
+def notice(page: str) -> str:
+    """The text of the page's notice line."""
+    return html.unescape(page.split('role="status">', 1)[1].split("</p>", 1)[0])
+
+
+def summary(page: str) -> str:
+    """The board's summary line, its whitespace as a browser shows it."""
+    return " ".join(page.split('id="board-summary">', 1)[1].split("</p>", 1)[0].split())
+
+
+def test_a_failed_model_is_retried_when_asked_or_dropped_and_every_action_says_what_it_did(
+    client: TestClient, kit: dict[str, PrepareResult], tmp_path: Path
+) -> None:
+    """Issue 47: a model that cannot be asked stayed "1 pending" for ever and was run again on every check,
+    and neither adding a model nor starting checks said anything."""
+    token = login(client, "olga")
+    form = {"csrf_token": token, "name": "broken", "model": f"python:{tmp_path / 'gone.py'}:answer"}
+    added = client.post("/dyepack/board/models", data=form)
+    assert notice(client.get(added.headers["location"]).text) == (
+        "Added broken to the board: pending against 2 releases. Upload a release's key below to check it."
+    )
+    started = check(client, token, 1, kit["a"])
+    assert started.headers["location"] == "/dyepack/board?msg=checking&subject=1"
+    matrix = settled(client.get)
+    assert (matrix["pending"], matrix["failed"]) == (1, 1)
+    page = client.get(started.headers["location"]).text
+    assert notice(page) == "The checks against release-a have finished: their verdicts are on the board."
+    assert summary(page).startswith("1 model, 2 releases: 0 flagged, 1 pending, 1 failed.")
+    assert 'name="retry_failed"' in page and 'action="/dyepack/board/models/1/drop"' in page
+    again = check(client, token, 1, kit["a"])  # not run again on every check
+    assert again.status_code == 200 and "only with the retry box ticked" in notice(again.text)
+    assert check(client, token, 1, kit["a"], retry_failed="yes").status_code == 303  # run again when asked
+    runs = client.get("/api/v1/dyepack/runs").json()["items"]
+    assert len(runs) == 2
+    settled(client.get)
+    dropped = client.post("/dyepack/board/models/1/drop", data={"csrf_token": token})
+    assert dropped.headers["location"] == "/dyepack/board?msg=dropped&subject=broken"
+    page = client.get(dropped.headers["location"]).text
+    assert notice(page) == "Dropped broken from the board; its past checks stay in the list of runs."
+    assert summary(page).startswith("0 models, 2 releases: 0 flagged, 0 pending.")
+    assert len(client.get("/api/v1/dyepack/runs").json()["items"]) == 2  # no verdict lost
+    login(client, "vera")
+    refused = client.post("/dyepack/board/models/1/drop", data={"csrf_token": csrf(client, "/")})
+    assert refused.status_code == 403
+
+
 def note_error(message: Any, problems: list[str]) -> None:
     """Console errors (script errors, CSP violations), but not the browser's own favicon probe."""
     if message.type == "error" and not message.location.get("url", "").endswith("/favicon.ico"):
@@ -219,14 +268,16 @@ def test_the_board_shows_a_clean_and_a_contaminated_model_against_two_releases_i
             page.fill("#model-name", name)
             page.fill("#model-spec", spec)
             page.click("button:has-text('Add to the board')")
-            page.wait_for_url("**/dyepack/board")
+            page.wait_for_url("**/dyepack/board?msg=added*")
+            assert page.inner_text("p.notice").startswith(f"Added {name} to the board: pending against 2")
         assert page.locator("td.cell.pending").count() == 4
         for option, name in (("release-a", "a"), ("release-b", "b")):
             page.select_option("#check-release-id", label=option)
             page.set_input_files("#check-release", str(kit[name].release_path))
             page.set_input_files("#check-key", str(kit[name].key_path))
             page.click("button:has-text('Check pending models')")
-            page.wait_for_url("**/dyepack/board")
+            page.wait_for_url("**/dyepack/board?msg=checking*")
+            assert f"against release-{name}" in page.inner_text("p.notice")  # under way, or finished
         settled(lambda path: page.request.get(base_url + path))
         page.reload()
 
@@ -240,7 +291,7 @@ def test_the_board_shows_a_clean_and_a_contaminated_model_against_two_releases_i
             assert cell(model, release).get_attribute("class") == "cell clear"
             assert "not flagged" in cell(model, release).inner_text()
         assert "FPR 0.000244" in cell("saw-a", "release-a").inner_text()  # 4^-6
-        assert page.inner_text("#board-summary").startswith("2 model(s), 2 release(s): 1 flagged, 0 pending")
+        assert page.inner_text("#board-summary").startswith("2 models, 2 releases: 1 flagged, 0 pending.")
         screenshot(page, "dyepack-board")
         page.click('td.cell[data-model="saw-a"][data-release="release-a"] a.verdict')
         page.wait_for_url("**/dyepack/runs/*")

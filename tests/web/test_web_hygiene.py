@@ -121,7 +121,7 @@ def test_the_board_shows_its_releases_a_page_at_a_time(base: str) -> None:
     assert 'href="/dyepack/board?limit=100&amp;offset=200"' in second  # next
     assert 'href="/dyepack/board?limit=100&amp;offset=0"' in second  # previous
     assert 'rel="next"' not in last
-    assert "1 model(s), 250 release(s)" in second  # the summary counts the whole board
+    assert "1 model, 250 releases" in second  # the summary counts the whole board
 
 
 def test_the_board_check_form_offers_the_page_releases(base: str) -> None:

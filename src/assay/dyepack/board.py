@@ -3,10 +3,13 @@
 Releases are the registry's benchmarks, known by their published commitment; models are rows of
 ``dyepack_models`` (a spec, how the model is used, who added it). A cell is the newest verification run of a
 model against a release (``dyepack_runs`` with ``model_id`` set): its newest finished run speaks for it, else
-a run under way, else its newest failure; a cell with no finished run and none under way is *pending*, and
-``assay dyepack board run`` or the board page's "check pending" form checks exactly the pending cells. A
-failed cell stays pending, so the next check tries it again. Everything a cell shows is key-free (the run
-row's counts, exact FPR and format: see ``assay.dyepack.registry``).
+a run under way, else its newest failure; a cell with no run at all is *pending*, and ``assay dyepack board
+run`` or the board page's "check pending" form checks exactly the pending cells. A failed cell is *failed*,
+not pending: it is tried again only when the organiser asks (``retry_failed``: ``board run
+--retry-failed``, the form's "retry failed checks" box), since a model that cannot be asked would otherwise
+be re-run, and counted pending, for ever; a model nobody can fix leaves the board (``drop_model``).
+Everything a cell shows is key-free (the run row's counts, exact FPR and format: see
+``assay.dyepack.registry``).
 
 Where the keys come from. A check needs each release's key and the registry's rule is that a key is held in
 memory only, for the run, by the process that runs it. So the board never stores keys or their paths: the
@@ -33,7 +36,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from assay.data import Benchmark, read_benchmark
@@ -211,10 +214,10 @@ class Cell(BaseModel):
     error: str | None = None
     finished_at: datetime | None = None
 
-    @property
-    def needs_check(self) -> bool:
-        """Pending, or failed: the next check runs it."""
-        return self.state in ("pending", "failed")
+    def needs_check(self, retry_failed: bool = False) -> bool:
+        """Pending (never checked), or failed when the organiser asked to retry failures: the next check
+        runs it."""
+        return self.state == "pending" or (retry_failed and self.state == "failed")
 
 
 class Board(BaseModel):
@@ -224,7 +227,8 @@ class Board(BaseModel):
     releases: list[ReleaseColumn]
     models: list[ModelRow]
     cells: list[list[Cell]]
-    pending: int = Field(description="cells with no finished check and none under way (failed ones too)")
+    pending: int = Field(description="cells never checked: the next check runs them")
+    failed: int = Field(description="cells whose newest check failed: run again only when asked to retry")
     flagged: int = Field(description="cells whose check flagged the model as contaminated")
 
 
@@ -307,19 +311,50 @@ def build_board(session: Session) -> Board:
         ],
         models=[model_row(m) for m in models],
         cells=cells,
-        pending=sum(c.needs_check for row in cells for c in row),
+        pending=sum(c.state == "pending" for row in cells for c in row),
+        failed=sum(c.state == "failed" for row in cells for c in row),
         flagged=sum(bool(c.flagged) for row in cells for c in row),
     )
 
 
-def pending_models(session: Session, release_id: int) -> list[DyePackModel]:
-    """The models not yet checked against a release (no finished run, none under way), oldest first."""
+def pending_models(session: Session, release_id: int, retry_failed: bool = False) -> list[DyePackModel]:
+    """The models never checked against a release (and, with ``retry_failed``, those whose check failed),
+    oldest first."""
     runs = _runs_by_cell(session, release_id)
     return [
         m
         for m in list_models(session)
-        if cell_of(m.id, release_id, runs.get((m.id, release_id), [])).needs_check
+        if cell_of(m.id, release_id, runs.get((m.id, release_id), [])).needs_check(retry_failed)
     ]
+
+
+def model_named(session: Session, name: str) -> int:
+    """The id of the board's model called ``name``; a one-line error naming it otherwise."""
+    found = session.scalar(select(DyePackModel.id).where(DyePackModel.name == name))
+    if found is None:
+        raise UserError(f"model: no model named {shown(name)} on the board")
+    return found
+
+
+def drop_model(session: Session, model_id: int) -> DyePackModel:
+    """Take a model off the board (one that cannot be asked, or is no longer wanted); its runs stay in the
+    registry as plain verification runs, so no verdict is lost. Refused while one of its checks is under
+    way: that run would finish into a row nobody shows."""
+    model = session.get(DyePackModel, model_id)
+    if model is None:
+        raise UserError(f"model: no model with id {model_id} on the board")
+    runs = select(DyePackRun.id).where(DyePackRun.model_id == model_id)
+    if session.scalar(runs.where(DyePackRun.status.in_(ACTIVE_JOBS)).limit(1)) is not None:
+        raise UserError(f"model {model.name!r}: a check of it is under way; drop it once it has finished")
+    session.execute(
+        update(DyePackRun)
+        .where(DyePackRun.model_id == model_id)
+        .values(model_id=None)
+        .execution_options(synchronize_session="fetch")
+    )
+    session.delete(model)
+    session.flush()
+    return model
 
 
 def jobs_for(
@@ -329,9 +364,11 @@ def jobs_for(
     release: Benchmark,
     alpha: float = DEFAULT_ALPHA,
     params: GenerationParams | None = None,
+    retry_failed: bool = False,
 ) -> list[registry.VerificationJob]:
-    """One verification job per model pending against ``benchmark``, each asked in its model's format.
-    ``key`` must be the release's (``registry.check_key``) and ``release`` the file it was made for."""
+    """One verification job per model pending against ``benchmark`` (failed ones too with
+    ``retry_failed``), each asked in its model's format. ``key`` must be the release's
+    (``registry.check_key``) and ``release`` the file it was made for."""
     params = params or GenerationParams(max_new_tokens=32)
     return [
         registry.VerificationJob(
@@ -345,7 +382,7 @@ def jobs_for(
             model_id=model.id,
             api_key_env=model.api_key_env,
         )
-        for model in pending_models(session, benchmark.id)
+        for model in pending_models(session, benchmark.id, retry_failed)
     ]
 
 
@@ -415,12 +452,14 @@ def plan_checks(
     search: Sequence[Path] = (),
     alpha: float = DEFAULT_ALPHA,
     params: GenerationParams | None = None,
+    retry_failed: bool = False,
 ) -> list[ReleasePlan]:
-    """Per release with pending cells, its jobs; a release whose key is not in ``keys`` waits. Every key
-    and release is checked here, so a bad one stops the command before any model is asked."""
+    """Per release with pending cells (or failed ones, with ``retry_failed``), its jobs; a release whose
+    key is not in ``keys`` waits. Every key and release is checked here, so a bad one stops the command
+    before any model is asked."""
     plans = []
     for benchmark in session.scalars(select(DyePackBenchmark).order_by(DyePackBenchmark.id)):
-        pending = len(pending_models(session, benchmark.id))
+        pending = len(pending_models(session, benchmark.id, retry_failed))
         if not pending:
             continue
         held = keys.get(benchmark.commitment)
@@ -433,7 +472,7 @@ def plan_checks(
             continue
         registry.check_key(benchmark, held.key)
         release = find_release(held, search)
-        jobs = jobs_for(session, benchmark, held.key, release, alpha, params)
+        jobs = jobs_for(session, benchmark, held.key, release, alpha, params, retry_failed)
         plans.append(ReleasePlan(benchmark.name, benchmark.id, jobs, held.key.release_file))
     return plans
 

@@ -115,12 +115,16 @@ def run(
     ),
     alpha: float = typer.Option(DEFAULT_ALPHA, help="Flag when the false-positive rate is at most alpha."),
     max_new_tokens: int = typer.Option(32, help="Tokens to generate per reply."),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="Also check again the cells whose check failed (not retried otherwise)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the board as JSON when done."),
     db: DbUrl = None,
 ) -> None:
     """Check every model against every release it has not been checked against, here and now.
 
-    The keys are read into memory for this command only; nothing of them is stored.
+    The keys are read into memory for this command only; nothing of them is stored. A failed check is
+    tried again only with --retry-failed; a model that cannot be asked leaves with `board drop`.
 
     Example: assay dyepack board run --keys ~/dyepack-keys --releases ~/releases
     """
@@ -136,7 +140,7 @@ def run(
     held = board.keys_in(keys)
     with sessions() as session:
         plans = board.plan_checks(
-            session, held, releases, alpha, GenerationParams(max_new_tokens=max_new_tokens)
+            session, held, releases, alpha, GenerationParams(max_new_tokens=max_new_tokens), retry_failed
         )
     say = Console(stderr=True, soft_wrap=True).print if as_json else console.print  # --json: stdout is JSON
     for plan in plans:
@@ -152,8 +156,25 @@ def run(
         typer.echo(matrix.model_dump_json(indent=2))
         return
     failed = sum(c.state == "failed" and c.run_id in ran for row in matrix.cells for c in row)
-    say(f"checked {total} cell(s)" + (f", {failed} failed (they stay pending)" if failed else ""))
+    failures = f", {failed} failed (again with --retry-failed, or `board drop MODEL`)" if failed else ""
+    say(f"checked {total} cell{'' if total == 1 else 's'}{failures}")
     show_board(matrix)
+
+
+@app.command("drop")
+def drop(
+    name: str = typer.Argument(..., help="The model's name on the board."),
+    db: DbUrl = None,
+) -> None:
+    """Take a model off the board (its past checks stay in the registry as plain runs).
+
+    Example: assay dyepack board drop broken-endpoint
+    """
+    from assay.dyepack import board
+
+    with _sessions(db).begin() as session:
+        board.drop_model(session, board.model_named(session, name))
+    console.print(f"dropped model [bold]{name}[/] from the board", highlight=False)
 
 
 @app.command("show")
@@ -215,5 +236,6 @@ def show_board(matrix) -> None:  # type: ignore[no-untyped-def]
         table.add_row(f"[bold]{model.name}[/]\n{model.spec}\n{model.kind} · {model.format}", *cells)
     console.print(table)
     console.print(
-        f"{matrix.flagged} flagged, {matrix.pending} pending (`assay dyepack board run --keys DIR`)"
+        f"{matrix.flagged} flagged, {matrix.pending} pending (`assay dyepack board run --keys DIR`), "
+        f"{matrix.failed} failed (`--retry-failed`, or `assay dyepack board drop MODEL`)"
     )

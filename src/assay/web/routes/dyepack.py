@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, Response
@@ -510,11 +511,15 @@ def _board_page(
     user: WebUser,
     status_code: int = 200,
     window: Window | None = None,
+    after: tuple[str, str] = ("", ""),
     **extra: Any,
 ) -> Response:
     """The board a window of releases (columns) at a time, with the site's pager: all 3,002 releases at once
-    were 0.9 MB and a second per view (issue 36). The summary still counts the whole board."""
+    were 0.9 MB and a second per view (issue 36). The summary still counts the whole board. ``after``: the
+    action just done and its subject, for the notice (``_board_notice``)."""
     matrix = board.build_board(session)
+    if after[0]:
+        extra["notice"] = _board_notice(matrix, *after)
     window = window or Window()
     shown = slice(window.offset, window.offset + window.limit)
     return render(
@@ -542,9 +547,37 @@ def _board_release(session: Session, release_id: str) -> DyePackBenchmark:
     return found
 
 
+def _board_notice(matrix: board.Board, msg: str, subject: str) -> str:
+    """What the board says after an organiser's action, from the board's state now (a stale or hand-typed
+    address says nothing false); ``subject``: the model's id, the release's id, or a dropped model's name."""
+    if msg == "added":
+        model = next((m for m in matrix.models if str(m.id) == subject), None)
+        n = len(matrix.releases)
+        return (
+            f"Added {model.name} to the board: pending against {n} release{'' if n == 1 else 's'}. Upload a "
+            "release's key below to check it."
+            if model
+            else ""
+        )
+    if msg == "checking":
+        at = next((i for i, r in enumerate(matrix.releases) if str(r.id) == subject), None)
+        if at is None:
+            return ""
+        live = sum(row[at].state in ("queued", "running") for row in matrix.cells)
+        name = matrix.releases[at].name
+        if live:
+            return f"Checking {live} model{'' if live == 1 else 's'} against {name} in the background."
+        return f"The checks against {name} have finished: their verdicts are on the board."
+    if msg == "dropped" and subject and all(m.name != subject for m in matrix.models):
+        return f"Dropped {subject} from the board; its past checks stay in the list of runs."
+    return ""
+
+
 @pages.get("/board", response_class=HTMLResponse)
-def board_page(request: Request, session: DbSession, user: Viewer, window: Paging) -> Response:
-    return _board_page(request, session, user, window=window)
+def board_page(
+    request: Request, session: DbSession, user: Viewer, window: Paging, msg: str = "", subject: str = ""
+) -> Response:
+    return _board_page(request, session, user, window=window, after=(msg, subject[:100]))
 
 
 @pages.post("/board/models", response_class=HTMLResponse)
@@ -565,7 +598,7 @@ def board_add_model(
     form["system_prompt"] = system_prompt  # api_key_env is not sent back: someone may have pasted a key
     try:
         shots = int(_number(fewshot, "fewshot", 0, board.MAX_FEWSHOT, integer=True))
-        board.add_model(
+        added = board.add_model(
             session,
             name,
             model,
@@ -580,7 +613,18 @@ def board_add_model(
     except UserError as err:
         session.rollback()
         return _board_page(request, session, user, 400, error=err, form=form)
-    return redirect("/dyepack/board")
+    return redirect(f"/dyepack/board?msg=added&subject={added.id}")
+
+
+@pages.post("/board/models/{model_id}/drop", response_class=HTMLResponse)
+def board_drop_model(request: Request, session: DbSession, user: Organiser, model_id: Id) -> Response:
+    """Take a model off the board (``board.drop_model``: not while a check of it runs)."""
+    try:
+        dropped = board.drop_model(session, model_id)
+    except UserError as err:
+        session.rollback()
+        return _board_page(request, session, user, 400, error=err)
+    return redirect(f"/dyepack/board?msg=dropped&subject={quote(dropped.name)}")
 
 
 @run_form.post("/board/check", response_class=HTMLResponse)
@@ -593,24 +637,29 @@ def board_check(
     release_id: Annotated[str, Form()] = "",
     alpha: Annotated[str, Form()] = "0.001",
     max_new_tokens: Annotated[str, Form()] = "32",
+    retry_failed: Annotated[str, Form()] = "",
 ) -> Response:
-    """Check every model pending against one release, each in a background run holding the key in memory."""
+    """Check every model pending against one release (and those whose check failed, when the box is
+    ticked), each in a background run holding the key in memory."""
     form = {"release_id": release_id, "alpha": alpha, "max_new_tokens": max_new_tokens}
+    form["retry_failed"] = retry_failed
     try:
         benchmark = _board_release(session, release_id)
         alpha_value, params = _run_settings(form)
         secret, bench, filename = _key_and_release(benchmark, release, key)
-        jobs = board.jobs_for(session, benchmark, secret, bench, alpha_value, params)
+        retry = bool(retry_failed)
+        jobs = board.jobs_for(session, benchmark, secret, bench, alpha_value, params, retry)
     except TooLarge as err:
         return _board_page(request, session, user, 413, error=err.detail, form=form)
     except UserError as err:
         return _board_page(request, session, user, 400, error=err, form=form)
     if not jobs:
-        notice = f"Every model is checked against {benchmark.name}, or being checked: nothing to do."
+        failed = "" if retry else " (a failed check runs again only with the retry box ticked)"
+        notice = f"Every model is checked against {benchmark.name}, or being checked: nothing to do{failed}."
         return _board_page(request, session, user, notice=notice, form=form)
     for job in jobs:
         _start(request, session, benchmark, job, filename, user)
-    return redirect("/dyepack/board")
+    return redirect(f"/dyepack/board?msg=checking&subject={benchmark.id}")
 
 
 def _download(text: str, media_type: str, filename: str) -> Response:
