@@ -77,13 +77,17 @@ class Claim:
     def replacing(self) -> Iterator[list[Path]]:
         """Keep copies of what is replaced (``keep_copies``), then run the writes inside the block. A write
         the disk refuses (full, read-only, no permission) is one line, and leaves the previous files as
-        they were: the writes are atomic (``assay.fileio``), the copies just made are removed."""
+        they were: the writes are atomic (``assay.fileio``), the copies just made are removed, as they are
+        when the block fails in any other way (nothing was replaced)."""
         copies = self.keep_copies()
         try:
             yield copies
         except OSError as exc:
             _remove(copies)
             raise disk_error(exc, "writing the outputs") from None
+        except BaseException:  # nothing was replaced: a copy left would share the original's file
+            _remove(copies)
+            raise
 
 
 def disk_error(exc: OSError, doing: str) -> UserError:
