@@ -395,8 +395,13 @@ def one_line_and_nothing_changed(result: dict, reason: str) -> None:
 
 
 def test_a_full_disk_leaves_the_previous_files_and_no_new_ones(tmp_path, bench, release):
-    """The issue saw tracebacks, empty folders and a 0-byte key.json.bak under --force."""
+    """The issue saw tracebacks, empty folders and a 0-byte key.json.bak under --force; a response cache
+    on the full disk was a traceback from SQLite."""
     out, key = release
+    (tmp_path / "answers.py").write_text(
+        "MODEL_ID = 'A'\ndef f(prompts):\n    return ['(A)' for _ in prompts]\n"
+    )
+    spec = f"python:{tmp_path / 'answers.py'}:f"
     sheet = write_jsonl(tmp_path / "sheet.jsonl", [{"id": f"q{i}", "response": "(A)"} for i in range(60)])
     verdict = tmp_path / "verdict"
     verdict.mkdir()
@@ -414,11 +419,16 @@ def test_a_full_disk_leaves_the_previous_files_and_no_new_ones(tmp_path, bench, 
              "DISK/key.json", "--force"],
             [*logged, "--out", "DISK/fresh-verdict"],
             [*logged, "--out", "DISK/verdict", "--force"],
+            ["verify", spec, "--release", out / "items.jsonl", "--key", key, "--cache", "DISK/cache.sqlite",
+             "--out",
+             tmp_path / "live-verdict"],
         ],
     )  # fmt: skip
-    for result in results:
+    for result in results[:-1]:
         one_line_and_nothing_changed(result, "No space left on device")
     assert "key.json" in results[1]["before"] and "rel/commitment.txt" in results[1]["before"]
+    one_line_and_nothing_changed(results[-1], "cache.sqlite: database or disk is full; free space there")
+    assert not (tmp_path / "live-verdict").exists()
 
 
 def test_a_read_only_folder_leaves_the_previous_files(tmp_path, bench, release):

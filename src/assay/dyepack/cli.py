@@ -479,8 +479,11 @@ def verify(
         else:
             fmt = release_format(bench, secret, mode, template, fewshot, fewshot_seed, system_prompt)
         backend = load(model)
+        cache_path = cache or settings().cache_path
+        cache_full = outputs.DiskFaults(cache_path, "free space there, or pass --no-cache")
         if not no_cache:
-            backend = CachedModel(backend, ResponseCache(cache or settings().cache_path))
+            with cache_full:
+                backend = CachedModel(backend, ResponseCache(cache_path))
             if not backend.caching:
                 notes.print(
                     f"[yellow]note:[/] {model} declares no MODEL_ID, so its replies are not cached (one "
@@ -488,7 +491,7 @@ def verify(
                 )
         params = GenerationParams(max_new_tokens=max_new_tokens)
         n_queries = sum(len(b.rows) for b in secret.backdoors) * (len(layouts) if formats else 1)
-        with progress_bar() as bar:
+        with cache_full, progress_bar() as bar:  # the cache on a full disk: one line, not a traceback
             task = bar.add_task("querying", total=n_queries)
             advance = lambda _i, _t: bar.advance(task)  # noqa: E731
             if formats is not None:

@@ -90,6 +90,36 @@ class Claim:
             raise
 
 
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+class DiskFaults:
+    """A file, or an SQLite file such as the response cache, that the disk will not write (full,
+    read-only, no permission) as one line naming ``where`` with a ``hint``, instead of a traceback; other
+    errors (a lost connection is an OSError too) pass unchanged. Re-enterable: one object per place."""
+
+    def __init__(self, where: Path, hint: str) -> None:
+        self.where, self.hint = where, hint
+        self.new = not where.exists()  # a file the refused write created empty is removed
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
+        import sqlite3
+
+        refused = isinstance(exc, sqlite3.OperationalError) and any(
+            word in str(exc) for word in ("full", "readonly", "disk I/O", "unable to open")
+        )
+        if refused or (isinstance(exc, OSError) and exc.errno in DISK_ERRNOS):
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            for left in (self.where, Path(f"{self.where}-wal"), Path(f"{self.where}-shm")):
+                if self.new and left.is_file() and left.stat().st_size == 0:
+                    left.unlink()
+            raise UserError(f"{self.where}: {reason}; {self.hint}") from None
+        return False
+
+
 def disk_error(exc: OSError, doing: str) -> UserError:
     """One line for a write the file system refused, naming the file and the reason."""
     where = exc.filename or "an output"
