@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,46 +28,27 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from assay.leaderboard import rounds, submissions
+from assay.leaderboard import submissions
 from assay.runner import isolation_available
 from assay.store import Submission, open_store
 
 PROJECT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PROJECT / "tests"))
-from fake_board import fake_splits  # noqa: E402 (the tests' fake round: 4 empty models per split)
+sys.path[:0] = [str(PROJECT / "tests"), str(PROJECT / "tests" / "leaderboard")]
+from test_leaderboard import fake_detector  # noqa: E402 (the constant baseline with a body of ours)
 
-ENTRYPOINT = """import argparse, time
-p = argparse.ArgumentParser()
-p.add_argument('mode', nargs='?')
-for name in ('model_filepath', 'result_filepath', 'scratch_dirpath', 'examples_dirpath',
-             'round_training_dataset_dirpath', 'metaparameters_filepath', 'schema_filepath',
-             'learned_parameters_dirpath', 'source_dataset_dirpath'):
-    p.add_argument('--' + name)
-args = p.parse_args()
-time.sleep({sleep})
-open(args.result_filepath, 'w').write('0.5')
-"""
+from fake_board import open_round  # noqa: E402 (the tests' fake round: 4 empty models per split)
 
-
-def detector(folder: Path, sleep: float, n: int) -> Path:
-    """The ``constant`` baseline's folder with an entrypoint that sleeps ``sleep`` s (``n``: distinct bytes,
-    so no submission is a duplicate of another)."""
-    shutil.copytree(PROJECT / "detectors" / "constant", folder)
-    (folder / "entrypoint.py").write_text(f"# {n}\n" + ENTRYPOINT.format(sleep=sleep))
-    return folder
+SLEEPER = "time.sleep({sleep})\nopen(args.result_filepath, 'w').write('0.5')"
 
 
 def drain(base: Path, splits: list[str], sleep: float) -> float:
     """Seconds two workers take to run one job per entry of ``splits``."""
     url = f"sqlite:///{base / 'lb.db'}"
+    open_round(url, base / "splits")
     sessions = open_store(url)
-    with sessions.begin() as session:
-        rounds.create_round(session, "r1", fake_splits(base / "splits"), submission_window_s=0)
-        rounds.set_status(session, "r1", "open")
-        rounds.add_team(session, "alpha")
     for n, split in enumerate(splits):
         with sessions.begin() as session:
-            made = detector(base / f"d{n}", sleep, n)
+            made = fake_detector(base / f"d{n}", SLEEPER.format(sleep=sleep), technique=f"sleeper {n}")
             submissions.submit(session, base / "artifacts", "alpha", "r1", split, made)
     env = {**os.environ, "ASSAY_DB_URL": url, "ASSAY_HOST_LEASE": str(base / "host.lease")}
     command = [sys.executable, "-m", "assay", "leaderboard", "worker", "--once", "--workers", "2"]

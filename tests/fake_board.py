@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.leaderboard import rounds
 from assay.leaderboard.harness import score_job
-from assay.store import Job, ModelResult, Submission
+from assay.store import Job, ModelResult, Submission, open_store
 from assay.store.models import utcnow
 
 TRUTH = {"id-00000000": 0, "id-00000001": 1, "id-00000002": 0, "id-00000003": 1}
@@ -37,6 +37,16 @@ def fake_splits(root: Path, truth_of: dict[str, int] = TRUTH) -> Path:
         ]
         (root / split / "METADATA.csv").write_text("model_name,architecture,poisoned\n" + "\n".join(rows))
     return root
+
+
+def open_round(url: str, root: Path, teams: tuple[str, ...] = ("alpha",), **settings: object) -> None:
+    """An open round r1 over ``fake_splits(root)`` (no submission window) with ``teams``, in the store at
+    ``url``; ``settings``: more of the round's (its clock, say)."""
+    with open_store(url).begin() as session:
+        rounds.create_round(session, "r1", fake_splits(root), submission_window_s=0, **settings)
+        rounds.set_status(session, "r1", "open")
+        for team in teams:
+            rounds.add_team(session, team)
 
 
 def scored(

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from test_leaderboard import fake_detector
 
 from assay.errors import UserError
-from assay.leaderboard import rounds, submissions
+from assay.leaderboard import submissions
 from assay.leaderboard.worker import work
 from assay.runner import LocalExecutor, isolation
 from assay.runner.hostlease import host_lease
 from assay.store import Job, open_store
-from fake_board import fake_splits
+from fake_board import open_round
 
 STAMPING = (
     "start = time.time()\n"
@@ -41,12 +41,8 @@ STAMPING = (
 def _open_round(tmp_path: Path) -> tuple[str, sessionmaker[Session]]:
     """An open round r1 over the fake splits, with team alpha; its database URL and sessions."""
     url = f"sqlite:///{tmp_path / 'lb.db'}"
-    sessions = open_store(url)
-    with sessions.begin() as session:
-        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=0)
-        rounds.set_status(session, "r1", "open")
-        rounds.add_team(session, "alpha")
-    return url, sessions
+    open_round(url, tmp_path / "splits")
+    return url, open_store(url)
 
 
 def _spans(url: str) -> dict[str, list[tuple[float, float]]]:
