@@ -10,17 +10,19 @@ the machine is often shared, so wall time is printed beside it with the load ave
 
 The de-quantised SmolLM2 is shared across draws (``ASSAY_MODEL_CACHE``): it depends only on the GGUF
 file's bytes, and a newcomer pays for it once. A draw that fails (the script exits non-zero) is counted
-and its last lines are printed; the run goes on.
+and its last lines are printed; the run goes on. ``--jobs N`` runs N draws at a time with one BLAS thread
+each (``OMP_NUM_THREADS=1``): on a shared machine two threads per draw mostly wait on each other, and the
+property measured (flagged in every draw) does not depend on the thread count.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -49,22 +51,35 @@ def machine() -> str:
 
 
 def one_draw(out: Path, env: dict[str, str]) -> dict:
-    """Run the demo's DyePack part once into ``out``; its verdicts, epochs and CPU and wall seconds."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Run the demo's DyePack part once into ``out``; its verdicts, epochs and CPU and wall seconds: the
+    CPU time of the script and every process it starts, from ``wait4`` on that one script, so draws that
+    run at the same time are counted apart."""
+    out.mkdir(parents=True, exist_ok=True)
     wall = time.perf_counter()
-    done = subprocess.run(
-        ["bash", str(ROOT / "examples" / "dyepack-demo.sh"), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    with open(out / "stdout.log", "w") as stdout, open(out / "stderr.log", "w") as stderr:
+        process = subprocess.Popen(
+            ["bash", str(ROOT / "examples" / "dyepack-demo.sh"), str(out)],
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+        )
+        _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - wall
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    (out / "draw.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+    cpu = usage.ru_utime + usage.ru_stime
+    done = subprocess.CompletedProcess(
+        process.args,
+        os.waitstatus_to_exitcode(status),
+        (out / "stdout.log").read_text(encoding="utf-8", errors="replace"),
+        (out / "stderr.log").read_text(encoding="utf-8", errors="replace"),
+    )
     epochs = re.findall(r"Trained (\d+) epochs", done.stdout)
     checks = re.findall(r"after (\d+) epochs: (\d+)/(\d+) trained rows", done.stderr)
-    draw = {"ok": done.returncode == 0, "cpu": cpu, "wall": wall, "epochs": int(epochs[-1]) if epochs else None}
+    draw = {
+        "ok": done.returncode == 0,
+        "cpu": cpu,
+        "wall": wall,
+        "epochs": int(epochs[-1]) if epochs else None,
+    }
     draw["checks"] = [f"{e}:{a}/{n}" for e, a, n in checks]
     for name in ("verify-clean", "verify-contaminated"):
         summary = out / "dyepack" / name / "summary.json"
@@ -86,6 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("/tmp/dyepack-draws"))
+    parser.add_argument("--jobs", type=int, default=1, help="draws at a time (each with one BLAS thread)")
     args = parser.parse_args()
     print(machine(), flush=True)
     env = {
@@ -94,26 +110,32 @@ def main() -> None:
         "ASSAY_MODEL_CACHE": str(args.out / "model-cache"),
     }
     env.pop("ASSAY_HOME", None)  # each draw gets its own home (its own response cache) under its folder
+    if args.jobs > 1:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    print(f"{args.draws} draws, {args.jobs} at a time", flush=True)
     print("| draw | contaminated | clean | epochs | checks (epochs:rows taken) | CPU s | wall s | load |")
     print("|---:|---|---|---:|---|---:|---:|---:|")
     draws = []
-    for index in range(1, args.draws + 1):
-        draw = one_draw(args.out / f"draw-{index:02d}", env)
-        draws.append(draw)
-        print(
-            f"| {index} | {verdict(draw['verify-contaminated'])} | {verdict(draw['verify-clean'])} | "
-            f"{draw['epochs']} | {' '.join(draw['checks'])} | {draw['cpu']:.0f} | {draw['wall']:.0f} | "
-            f"{os.getloadavg()[0]:.1f} |",
-            flush=True,
-        )
-        for line in draw.get("tail", []):
-            print(f"    {line}", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(one_draw, args.out / f"draw-{i:02d}", env) for i in range(1, args.draws + 1)]
+        for index, future in enumerate(futures, 1):
+            draw = future.result()
+            draws.append(draw)
+            print(
+                f"| {index} | {verdict(draw['verify-contaminated'])} | {verdict(draw['verify-clean'])} | "
+                f"{draw['epochs']} | {' '.join(draw['checks'])} | {draw['cpu']:.0f} | {draw['wall']:.0f} | "
+                f"{os.getloadavg()[0]:.1f} |",
+                flush=True,
+            )
+            for line in draw.get("tail", []):
+                print(f"    {line}", flush=True)
     flagged = sum(bool(d["verify-contaminated"] and d["verify-contaminated"]["flagged"]) for d in draws)
     false = sum(bool(d["verify-clean"] and d["verify-clean"]["flagged"]) for d in draws)
     alphas = [d["verify-clean"]["alpha"] for d in draws if d["verify-clean"]]
     cpu = [d["cpu"] for d in draws]
     print(
-        f"\ncontaminated flagged in {flagged} of {len(draws)} draws; clean flagged in {false} of {len(draws)} "
+        f"\ncontaminated flagged in {flagged} of {len(draws)} draws; clean flagged in {false} "
+        f"of {len(draws)} "
         f"(a clean model is flagged at most at rate alpha per draw: expected at most {sum(alphas):.2g}); "
         f"demo passed in {sum(d['ok'] for d in draws)} of {len(draws)}; CPU s per draw: median "
         f"{statistics.median(cpu):.0f}, max {max(cpu):.0f}"

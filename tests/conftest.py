@@ -15,13 +15,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see assay.cli
-if (
-    "PYTEST_XDIST_WORKER" in os.environ
-):  # `make test` runs two workers: each loads images into its own storage
+if "PYTEST_XDIST_WORKER" in os.environ:  # `make test` runs three workers on two cores
+    # Each loads images into its own storage.
     os.environ.setdefault(
         "ASSAY_PODMAN_ROOT",
         str(Path(tempfile.gettempdir()) / f"assay-podman-{os.environ['PYTEST_XDIST_WORKER']}"),
     )
+    # One BLAS/OpenMP thread per worker and per process it starts (set before torch is imported): three
+    # workers with two threads each oversubscribe two cores, and torch's threads then wait on each other.
+    # The MMLU contamination test trained its 80 steps in 36 s with one thread and in 152 s with two, both
+    # at load 5 (issue 45; docs/benchmarks.md, "The test suite").
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ.setdefault(_threads, "1")
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT.parent / "shared" / "data"
