@@ -14,7 +14,8 @@ clock() { printf '%2d:%02d' $(((SECONDS - START) / 60)) $(((SECONDS - START) % 6
 run_part() {  # run_part NAME SCRIPT: its "== N. step" lines as progress, the rest to its log
   local name=$1 script=$2 began=$SECONDS log="$OUT/logs/$1.log"
   echo "[$(clock)] $name: starting (log: $log)"
-  if ! bash "$script" "$OUT" > >(tee "$log" | while IFS= read -r line; do
+  : >"$log"
+  if ! bash "$script" "$OUT" > >(tee -a "$log" | while IFS= read -r line; do
     [[ $line == "== "* ]] && echo "[$(clock)] $name ${line#== }"
   done) 2>>"$log"; then
     sleep 0.2  # let the progress reader finish its last line
