@@ -10,11 +10,13 @@ holders together, an exclusive one alone and ahead of later shared ones) are che
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +26,9 @@ from test_leaderboard import fake_detector
 
 from assay.errors import UserError
 from assay.leaderboard import submissions
+from assay.leaderboard.harness import run_models
 from assay.leaderboard.worker import work
-from assay.runner import LocalExecutor, isolation
+from assay.runner import LocalExecutor, Task, TaskResult, isolation
 from assay.runner.hostlease import host_lease
 from assay.store import Job, open_store
 from fake_board import open_round
@@ -132,3 +135,43 @@ def test_a_pool_for_sealed_jobs_leaves_practice_jobs_to_another(tmp_path: Path) 
     assert statuses == {"train": "queued", "test": "done"}
     with pytest.raises(UserError, match="--splits: 'tset' is not one of train, test, holdout, smoke"):
         work(sessions, LocalExecutor(1), once=True, splits=["tset"])
+
+
+def test_a_lease_nests_in_one_held_by_the_same_thread(tmp_path: Path) -> None:
+    path = tmp_path / "host.lease"
+    with host_lease(True, path), host_lease(True, path), host_lease(False, path):
+        pass  # a sealed job's chunks inside the job's own hold: nothing more to wait for
+    refused = pytest.raises(RuntimeError, match="inside a shared one")
+    with host_lease(False, path), refused, host_lease(True, path):
+        pass
+
+
+class _Holding:
+    """An executor that runs nothing and records its host holds and its map calls, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    @contextlib.contextmanager
+    def holding(self, exclusive: bool) -> Iterator[None]:
+        self.events.append(f"hold {'alone' if exclusive else 'shared'}")
+        yield
+        self.events.append("release")
+
+    def map(self, tasks: list[Task], on_result=None) -> list[TaskResult]:  # type: ignore[no-untyped-def]
+        self.events.append(f"map {len(tasks)}")
+        return []
+
+
+@pytest.mark.parametrize(("split", "held"), [("test", True), ("train", False)])
+def test_a_sealed_job_holds_the_host_across_its_chunks(tmp_path: Path, split: str, held: bool) -> None:
+    """Leased chunk by chunk, a practice run could start between a sealed job's chunks and time each one;
+    a sealed job holds the host once for all of them, a practice job chunk by chunk (inside ``map``)."""
+    _, sessions = _open_round(tmp_path)
+    with sessions.begin() as session:
+        detector = fake_detector(tmp_path / "d", "open(args.result_filepath, 'w').write('0.5')")
+        job_id = submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", split, detector).job.id
+    executor = _Holding()
+    run_models(sessions, job_id, executor, chunk=2)
+    chunks = ["map 2", "map 2"]
+    assert executor.events == (["hold alone", *chunks, "release"] if held else chunks)

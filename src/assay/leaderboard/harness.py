@@ -16,6 +16,7 @@ its disclosed form (``disclosure``), the only one its team sees while the round 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import sys
@@ -318,11 +319,16 @@ def run_models(
         if on_model is not None:
             on_model(result.key)
 
-    for i in range(0, len(tasks), chunk):
-        if time.time() >= context["deadline"]:
-            reached = True
-            break
-        executor.map(tasks[i : i + chunk], done)
+    # A sealed job holds the host alone across its chunks, so no other job's run slips in between them
+    # and times them (the local executor's host lease; Ray's is per task). A practice job leases chunk by
+    # chunk, so a sealed job waits at most for one chunk.
+    holding = getattr(executor, "holding", None) if fields["exclusive"] else None
+    with holding(True) if holding is not None else contextlib.nullcontext():
+        for i in range(0, len(tasks), chunk):
+            if time.time() >= context["deadline"]:
+                reached = True
+                break
+            executor.map(tasks[i : i + chunk], done)
     if reached:
         _note(sessions, job_id, f"total time limit of {context['total_timeout_s']:g} s reached")
     return not reached

@@ -46,8 +46,13 @@ class LocalExecutor:
 
     def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]:
         """Run ``tasks`` holding this machine's lease (``hostlease``): alone when any is ``exclusive``."""
-        with host_lease(any(task.exclusive for task in tasks)):
+        with self.holding(any(task.exclusive for task in tasks)):
             return self._map(tasks, on_result)
+
+    def holding(self, exclusive: bool) -> contextlib.AbstractContextManager[None]:
+        """Hold this machine (alone, when ``exclusive``) across several ``map`` calls: a sealed job's
+        chunks, so no other job's run slips in between them and times them."""
+        return host_lease(exclusive)
 
     def _map(self, tasks: Sequence[Task], on_result: OnResult | None) -> list[TaskResult]:
         done: dict[int, TaskResult] = {}

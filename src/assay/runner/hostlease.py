@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,11 +42,42 @@ def _open(path: Path) -> int:
     return fd
 
 
+_THREAD = threading.local()  # the leases this thread holds now (``held``: path -> exclusive)
+
+
+def _held() -> dict[Path, bool]:
+    if not hasattr(_THREAD, "held"):
+        _THREAD.held = {}
+    return _THREAD.held
+
+
 @contextlib.contextmanager
 def host_lease(exclusive: bool, path: Path | None = None) -> Iterator[None]:
     """Hold this machine alone (``exclusive``) or shared with other shared holders, for the block; waits
-    until granted. An exclusive waiter holds the turnstile, so shared holders arriving after it wait."""
+    until granted. An exclusive waiter holds the turnstile, so shared holders arriving after it wait.
+
+    Nested in a lease this thread holds already (a worker holds the host for a whole sealed job, and the
+    executor asks again for each chunk of it), it takes nothing more: a shared lease inside an exclusive
+    one, or the same kind again. Asking for the host alone inside a shared lease is a bug (it would wait
+    for itself), refused at once."""
     path = path or lease_path()
+    held = _held().get(path)
+    if held is not None:
+        if exclusive and not held:
+            raise RuntimeError("an exclusive host lease asked for inside a shared one")
+        yield
+        return
+    with _locked(path, exclusive):
+        _held()[path] = exclusive
+        try:
+            yield
+        finally:
+            del _held()[path]
+
+
+@contextlib.contextmanager
+def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+    """The two ``flock``s: the turnstile, then the lease itself."""
     turnstile, lease = _open(path.with_name(path.name + ".turnstile")), _open(path)
     try:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
