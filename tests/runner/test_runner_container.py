@@ -9,6 +9,7 @@ need podman skip where it is missing (``make install`` installs Debian's podman 
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import json
 import os
@@ -38,6 +39,7 @@ from assay.runner.container import (
     sif_missing,
 )
 from assay.runner.images import _streamed, read_archive
+from assay.runner.seccomp import podman_profile
 from container_image import METAPARAMETERS, WEIGHTSTAT, BuiltImage, build_image, podman_ready
 
 MISSING = podman_ready()
@@ -595,6 +597,22 @@ for path in ("/proc/meminfo", "/proc/loadavg", "/proc/stat", "/proc/uptime", "/p
         seen[path] = type(err).__name__
 open(args[0] + "/result.txt", "w").write(repr(seen))
 """
+
+
+@podman_test
+def test_sysinfo_is_refused_in_the_container(image: BuiltImage) -> None:
+    """Issue 44: podman's default profile allows sysinfo(2), so an image read the host's memory and load
+    through it (glibc's ``sysconf(_SC_PHYS_PAGES)`` is sysinfo: the host's total pages before). With the
+    profile that refuses it the call fails, and what glibc makes of that is no longer the host's."""
+    code = "import os; open(args[0] + '/result.txt', 'w').write(str(os.sysconf('SC_PHYS_PAGES')))"
+    result = run_task(probe(str(image.docker_archive), code, "{output}"))
+    assert result.ok, result.stderr
+    inside = int(result.outputs["result.txt"])
+    print(f"\nSC_PHYS_PAGES inside: {inside}, on the host: {os.sysconf('SC_PHYS_PAGES')}")
+    assert inside != os.sysconf("SC_PHYS_PAGES") and "sysinfo refused (seccomp)" in result.isolation
+    profile = json.loads(Path(podman_profile() or "").read_text())
+    refusing = [rule for rule in profile["syscalls"] if "sysinfo" in rule.get("names", [])]
+    assert refusing == [{"names": ["sysinfo"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
 
 
 @podman_test

@@ -81,6 +81,7 @@ from assay.runner.sandbox import (
     task_result,
     time_left,
 )
+from assay.runner.seccomp import podman_profile
 from assay.runner.sif import (
     ENV_FOLDER,
     RUNSCRIPT,
@@ -472,6 +473,8 @@ def podman_command(
         argv += ["--network", "none", "--no-hosts"]
     argv += ["--hostname", "sandbox", "--ipc", "private", "--read-only", "--read-only-tmpfs=false"]
     argv += ["--cap-drop", "all", "--security-opt", "no-new-privileges"]
+    profile = podman_profile()  # sysinfo refused, as in a bwrap sandbox (``seccomp``)
+    argv += ["--security-opt", f"seccomp={profile}"] if profile is not None else []
     argv += ["--user", f"{os.getuid()}:{os.getgid()}"]
     argv += ["--pids-limit", str(limits.max_processes), "--ulimit", "core=0:0", *ulimit_flags()]
     if limits.memory_bytes is not None:
@@ -504,6 +507,7 @@ def _describe(spec: ImageSpec, image_ref: str, task: Task, space: _Space) -> str
     parts.append("network allowed" if limits.network else "no network")
     parts.append(f"{limits.scratch_bytes / 2**20:.0f} MiB private scratch")
     parts.append("host-wide /proc counters hidden")
+    parts.append("sysinfo refused (seccomp)" if podman_profile() is not None else "sysinfo NOT refused")
     parts.append(gpu_line(gpu_passthrough(task)))
     if not space.bounded:
         parts.append("output folder not size-bounded (no tmpfs could be mounted)")

@@ -13,6 +13,10 @@ instructions): for each ABI the machine can enter the kernel with (x86-64 with a
 and i386 through ``int 0x80``; arm64 and 32-bit arm), "if this ABI and sysinfo's number there: refuse".
 An ABI not listed is allowed through, which is safe because it is not one this machine's kernel offers.
 
+A container image run by podman gets the same refusal through podman's own seccomp profile
+(``podman_profile``: the engine's default with sysinfo taken out of its allow-list and refused with
+``EPERM``), passed as ``--security-opt seccomp=FILE``.
+
 What it costs: ``sysconf(_SC_PHYS_PAGES)`` and ``_SC_AVPHYS_PAGES`` (glibc answers them with sysinfo)
 are meaningless inside; ``/proc/meminfo`` (the run's memory limit, ``procview``) is the way to ask.
 """
@@ -21,10 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import json
 import os
 import platform
 import struct
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 # linux/audit.h
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -101,3 +109,35 @@ def filled(argv: list[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
         yield [str(fd) if arg == SECCOMP_FD else arg for arg in argv], (fd,)
     finally:
         os.close(fd)
+
+
+# Where podman keeps its default profile: the administrator's copy first, then containers-common's.
+PODMAN_PROFILES = (Path("/etc/containers/seccomp.json"), Path("/usr/share/containers/seccomp.json"))
+
+
+def refusing_sysinfo(profile: dict) -> dict:
+    """An OCI seccomp profile like ``profile`` but for sysinfo: out of every rule that allows it, and
+    refused with EPERM by a rule of its own."""
+    rules = []
+    for rule in profile.get("syscalls", []):
+        names = [name for name in rule.get("names", []) if name != "sysinfo"]
+        if names or not rule.get("names"):
+            rules.append({**rule, "names": names} if "names" in rule else rule)
+    rules.append({"names": ["sysinfo"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM})
+    return {**profile, "syscalls": rules}
+
+
+def podman_profile(sources: tuple[Path, ...] = PODMAN_PROFILES) -> Path | None:
+    """podman's default profile refusing sysinfo, written once per content into the temporary folder (a
+    file podman reads at each run); None where this machine has no default profile to start from."""
+    source = next((path for path in sources if path.is_file()), None)
+    if source is None:
+        return None
+    text = json.dumps(refusing_sysinfo(json.loads(source.read_text())), sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"assay-seccomp-{digest}.json"
+    if not path.is_file():
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        partial.replace(path)  # whole or not at all: another worker may read it at the same moment
+    return path
