@@ -147,7 +147,8 @@ def red_team_dialogue(rita: Person) -> int:
 
 def rate(person: Person, task: int, rating: int, reason: str) -> None:
     response = person.post(f"/star/tasks/{task}/rating", rating=str(rating), reason=reason)
-    assert response.status_code == 303 and response.headers["location"] == "/star/queue?msg=rated"
+    assert response.status_code == 303
+    assert response.headers["location"] in ("/star/queue?msg=rated", "/star/queue?msg=decided")
 
 
 # --- red teaming ----------------------------------------------------------------------------------------
@@ -218,6 +219,39 @@ def test_red_team_chat_persists_every_turn_streams_replies_and_submits(
     assert rita.post(f"/star/tasks/{task}/messages", text="more").status_code == 400  # finished
 
 
+def test_the_first_reply_says_the_model_loads_and_finishing_early_redirects_to_the_task(
+    app: FastAPI, people: dict[str, Person], target: str
+) -> None:
+    """Issue 47: the first reply waited 191 s behind "The model is replying…" with no word of the model
+    loading; finishing before any reply left the browser on a POST address that answers a bare 405."""
+    rita = people["rita"]
+    task = rita.claim("red_team")
+    rita.post(f"/star/tasks/{task}/topic", topic="t")
+    early = rita.post(f"/star/tasks/{task}/finish", assigned_rule_broken="no")
+    assert early.status_code == 303
+    assert early.headers["location"] == f"/star/tasks/{task}?problem=finish#finish-heading"
+    page = rita.get(early.headers["location"])  # a GET: reloading it is fine
+    assert page.status_code == 200 and (
+        "Not submitted: send at least one message and wait for the reply before finishing." in page.text
+    )
+    assert "Not submitted" not in rita.get(f"/star/tasks/{task}").text
+
+    def ask(text: str) -> list[tuple[str, str]]:
+        headers = {"X-CSRF-Token": rita.csrf, "Accept": "text/event-stream"}
+        answer = rita.client.post(f"/star/tasks/{task}/messages", data={"text": text}, headers=headers)
+        return sse_events(answer.text)
+
+    first = ask("hello")  # the target model is not loaded in this process yet
+    assert first[0] == (
+        "status",
+        "Loading the target model first (a few seconds); the replies after this one do not wait for it.",
+    )
+    assert first[1][0] == "delta" and first[-1][0] == "done"
+    assert {name for name, _ in ask("again")} == {"delta", "done"}  # loaded: nothing to wait for
+    assert live.loading_note(target) == ""
+    assert "Not submitted" not in rita.get(f"/star/tasks/{task}?problem=finish").text  # true no more
+
+
 def test_a_failed_reply_keeps_the_message_and_can_be_asked_for_again(
     app: FastAPI, people: dict[str, Person], tmp_path: Path
 ) -> None:
@@ -234,7 +268,13 @@ def test_a_failed_reply_keeps_the_message_and_can_be_asked_for_again(
         data={"text": "hello?"},
         headers={"X-CSRF-Token": rita.csrf, "Accept": "text/event-stream"},
     )
-    assert sse_events(streamed.text) == [("error", "the target model failed; ask for the reply again")]
+    assert sse_events(streamed.text) == [
+        (
+            "status",
+            "Loading the target model first (a few seconds); the replies after this one do not wait for it.",
+        ),
+        ("error", "the target model failed; ask for the reply again"),
+    ]
     page = rita.get(f"/star/tasks/{task}").text
     assert "hello?" in page and "Get the reply" in page
     assert rita.post(f"/star/tasks/{task}/messages", text="again").status_code == 400  # answer first

@@ -130,7 +130,8 @@ def test_red_team_annotate_arbitrate_in_a_browser(tmp_path: Path) -> None:
             page.keyboard.press("3")
             page.fill("#reason", "The reply refused; no insult was given.")
             page.click("button:has-text('Submit decision')")
-            page.wait_for_url("**/star/queue?msg=rated")
+            page.wait_for_url("**/star/queue?msg=decided")  # a decision, not "Rating saved"
+            assert page.inner_text("p.notice").startswith("Decision saved, thank you")
             sign_out(page)
             organiser(page, base_url)
             assert blocked == []
@@ -141,3 +142,50 @@ def test_red_team_annotate_arbitrate_in_a_browser(tmp_path: Path) -> None:
         assert dialogue.target_model.startswith("openai:") and dialogue.topic == "insults online"
         ratings = session.scalars(select(StarAnnotation.rating).order_by(StarAnnotation.id)).all()
     assert ratings == [0, 2, 2]
+
+
+def test_the_chat_says_the_model_loads_waits_for_the_reply_and_finishing_early_stays_reloadable(
+    tmp_path: Path,
+) -> None:
+    """Issue 47 in Chromium: a first reply that waits on the model loading says so; Ctrl+Enter while a reply
+    is on its way neither sends (the text stays typed) nor finishes; finishing before any reply lands on
+    the task's own address, which reloads (before: the POST address, a bare 405)."""
+    slow = tmp_path / "slow_target.py"  # loading it takes 3 s, as loading a real model takes minutes
+    slow.write_text(
+        "import time\ntime.sleep(3)\n\n"
+        "def reply(prompts):\n    return ['Loaded and polite.' for _ in prompts]\n"
+    )
+    app = build_app(f"sqlite:///{tmp_path / 'star.db'}", f"python:{slow}:reply", instructions=1)
+    with serve_in_thread(app) as base_url, chromium_page() as page:
+        sign_in(page, base_url, "rita")
+        page.click("button:has-text('Claim next red-team task')")
+        page.wait_for_url("**/star/tasks/*")
+        task_url = page.url
+        page.fill("#topic", "manners")
+        page.click("button:has-text('Commit to this topic')")
+        page.check("input[name='assigned_rule_broken'][value='no']")
+        page.click("button:has-text('Submit the dialogue')")  # too early: no reply yet
+        page.wait_for_url(f"{task_url}?problem=finish#finish-heading")
+        assert "send at least one message" in page.inner_text("#finish-error")
+        assert page.reload().status == 200
+        here = page.url
+
+        page.fill("#message", "Be rude to me.")
+        page.press("#message", "Control+Enter")
+        page.wait_for_function(
+            "() => document.querySelector('.chat-status').textContent.startsWith('Loading the target model')"
+        )
+        assert "a few seconds" in page.inner_text(".chat-status")
+        page.fill("#message", "typed while it loads")
+        page.press("#message", "Control+Enter")  # not sent: the reply is on its way
+        page.press("input[name='assigned_rule_broken'][value='no']", "Control+Enter")  # not finished either
+        page.wait_for_selector(".turn.assistant[data-done='true']")
+        assert page.url == here  # still the task's page
+        assert page.locator("#finish-error").count() == 0  # a reply is in: the refusal is no longer true
+        assert page.input_value("#message") == "typed while it loads"
+        assert [t.inner_text() for t in page.locator(".turn .text").all()] == [
+            "Be rude to me.",
+            "Loaded and polite.",
+        ]
+        assert page.inner_text(".chat-status") == ""
+        screenshot(page, "star-chat-loaded")

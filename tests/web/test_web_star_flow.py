@@ -92,8 +92,11 @@ def test_skip_on_the_page_moves_on_and_give_back_returns_to_the_queue(
     first = rita.claim("red_team")
     skipped = rita.post(f"/star/tasks/{first}/give-back", then="next")
     assert skipped.status_code == 303
-    second = int(skipped.headers["location"].rsplit("/", 1)[1])
+    moved_on = re.fullmatch(r"/star/tasks/(\d+)\?msg=skipped", skipped.headers["location"])
+    assert moved_on, skipped.headers["location"]
+    second = int(moved_on.group(1))
     assert second != first
+    assert "You skipped your last red-team task" in rita.get(skipped.headers["location"]).text
     assert progress_line(rita.get(f"/star/tasks/{second}").text).startswith(
         "Done today: 0; daily cap: 1 of 50 claims used"
     )

@@ -62,7 +62,8 @@ def red_teamer(page: Any, base_url: str) -> None:
     assert page.locator("text=Rule under test").count() == 1
     assert page.content().count("The model must stay polite.") == 1  # stated once
     page.click("button:has-text('Skip this task')")  # another instruction at once
-    page.wait_for_url(first)  # the one she gave back: the only other one
+    page.wait_for_url(f"{first}?msg=skipped")  # the one she gave back: the only other one
+    assert page.inner_text("p.notice").startswith("You skipped your last red-team task")
     expect(page, 0, 1, "1 red-team task")  # the skipped claim does not count
     page.fill("#topic", "rudeness")
     page.press("#topic", "Enter")
@@ -105,7 +106,7 @@ def rater(page: Any, base_url: str, username: str, kind: str, key: str, left: tu
     if username == "arno":
         screenshot(page, "star-flow-arbitration")
     page.keyboard.press("Control+Enter")
-    page.wait_for_url("**/star/queue?msg=rated")
+    page.wait_for_url(f"**/star/queue?msg={'decided' if kind == 'arbitration' else 'rated'}")
     expect(page, 1, 1, left[2])
     sign_out(page)
 

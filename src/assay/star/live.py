@@ -14,15 +14,17 @@ the campaign has got is ``assay.star.status``. The functions take a ``Session`` 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from assay.durations import duration
 from assay.errors import UserError, validation_error
 from assay.models import ChatModel, GenerationParams, load_model
-from assay.models.spec import check_spec_form
+from assay.models.spec import check_spec_form, split_spec
 from assay.store.models import utcnow
 from assay.store.star_models import StarCampaign
 from assay.store.star_web_models import (
@@ -117,23 +119,42 @@ def generation_params(settings: CampaignSettings) -> GenerationParams:
 MAX_LOADED_MODELS = 2  # target models kept per process; the least recently used one goes first
 _MODELS: OrderedDict[str, ChatModel] = OrderedDict()
 _MODELS_LOCK = threading.Lock()
+_LOAD_SECONDS: dict[str, float] = {}  # how long each spec took to load last, in this process
+# How long a first load takes, before this process has timed one: an hf: model (a GGUF file is de-quantised
+# once per machine, ~35 CPU s for SmolLM2, then loaded) took 191 s behind a busy CPU in issue 47's walk.
+FIRST_LOAD = {"hf": "1 to 3 minutes", "vllm": "a few minutes"}
 
 
 def target_model(spec: str) -> ChatModel:
     """The loaded model for a spec, kept while it is among the ``MAX_LOADED_MODELS`` most recently used: an
     ``hf:`` model loads once, not per message, and a campaign that moves to another model (or several
     campaigns with their own) does not keep every model it ever used in memory. Replies under way keep
-    their model alive until they finish."""
+    their model alive until they finish. Each load is timed, for ``loading_note``."""
     if not spec:
         raise UserError("the organiser has not chosen a target model for this campaign yet")
     with _MODELS_LOCK:
         if spec in _MODELS:
             _MODELS.move_to_end(spec)
             return _MODELS[spec]
+        started = time.monotonic()
         model = _MODELS[spec] = load_model(spec)
+        _LOAD_SECONDS[spec] = time.monotonic() - started
         while len(_MODELS) > MAX_LOADED_MODELS:
             _MODELS.popitem(last=False)
         return model
+
+
+def loading_note(spec: str) -> str:
+    """What a red teamer waiting for a reply is told when the model must be loaded first ("" when it is
+    loaded): that it is loading, and about how long that takes (the last load of this spec here, else the
+    backend's usual first load), so a first reply that waits minutes does not look hung."""
+    if not spec or spec in _MODELS:
+        return ""
+    if spec in _LOAD_SECONDS:
+        took = f"about {duration(_LOAD_SECONDS[spec])}, as it took last time"
+    else:
+        took = FIRST_LOAD.get(split_spec(spec)[0], "a few seconds")
+    return f"Loading the target model first ({took}); the replies after this one do not wait for it."
 
 
 # --- the campaign's latest analysis report ---------------------------------------------------------------

@@ -698,10 +698,17 @@ def save_reply(sessions: sessionmaker[Session], draft_id: int, index: int, text:
 
 
 def generate_reply(
-    sessions: sessionmaker[Session], request: ReplyRequest, on_piece: Callable[[str], None]
+    sessions: sessionmaker[Session],
+    request: ReplyRequest,
+    on_piece: Callable[[str], None],
+    on_status: Callable[[str], None] | None = None,
 ) -> str:
     """Run the target model (in a background thread), hand each piece on, then store the whole reply, so a
-    reload or a dropped connection mid-reply still ends with the reply saved."""
+    reload or a dropped connection mid-reply still ends with the reply saved. ``on_status`` hears first that
+    the model is loading and about how long that takes (``live.loading_note``), when it is."""
+    note = live.loading_note(request.settings.target_model)
+    if note and on_status is not None:
+        on_status(note)
     model = live.target_model(request.settings.target_model)
     pieces = []
     for piece in stream_chat(model, request.conversation, live.generation_params(request.settings)):
@@ -711,6 +718,23 @@ def generate_reply(
     if not save_reply(sessions, request.draft_id, request.index, text, model.model_id):
         raise UserError("this reply was not kept: another one arrived first, or the task was released")
     return text
+
+
+def _answered(draft: StarDraft) -> list[StarDraftTurn]:
+    """The draft's turns without a last message the model never answered."""
+    turns = list(draft.turns)
+    return turns[:-1] if turns and turns[-1].role == "user" else turns
+
+
+def finish_problem(session: Session, task: StarTask) -> str:
+    """Why the holder cannot finish this red-team task yet ("" when they can): the check ``finish`` makes
+    before the answers, which a page asks again after redirecting away from the refused post. Reads only."""
+    draft = _draft(session, task)
+    if draft is None:
+        return "commit to a topic before the dialogue starts"
+    if not any(turn.role == "assistant" for turn in _answered(draft)):
+        return "send at least one message and wait for the reply before finishing"
+    return ""
 
 
 def finish(
@@ -724,12 +748,11 @@ def finish(
     never answered is left out: annotators rate what the model said."""
     now = now or utcnow()
     task = _working_on(session, worker, task_id, now)
+    problem = finish_problem(session, task)
+    if problem:
+        raise UserError(problem)
     draft = _draft_of(session, task)
-    turns = list(draft.turns)
-    if turns and turns[-1].role == "user":
-        turns.pop()
-    if not any(turn.role == "assistant" for turn in turns):
-        raise UserError("send at least one message and wait for the reply before finishing")
+    turns = _answered(draft)
     campaign = campaign_of(session, task)
     answers = check_pre_annotation(campaign_spec(campaign), pre_annotation)
     fallback = live.settings_of(session, campaign).target_model

@@ -55,6 +55,9 @@ NOTICES = {
     "none": "No {kind} task is open for you right now. Try again later.",
     "submitted": "Dialogue submitted, thank you. It now goes to the annotators.",
     "rated": "Rating saved, thank you.",
+    "decided": "Decision saved, thank you: it settles the dialogue's label.",
+    "skipped": "You skipped your last {kind} task: it is back in the pool for others and does not count "
+    "against you. This is the next one.",
     "given_back": "You gave the {kind} task back: open for others again, and it does not count against you.",
     "skipped_none": "You gave the {kind} task back. No other {kind} task is open for you right now.",
 }
@@ -171,9 +174,24 @@ def _task_page(
 
 
 @pages.get("/tasks/{task_id}", response_class=HTMLResponse)
-def task_page(request: Request, session: DbSession, user: WorkerUser, task_id: TaskId) -> Response:
+def task_page(
+    request: Request,
+    session: DbSession,
+    user: WorkerUser,
+    task_id: TaskId,
+    problem: str = "",
+    msg: str = "",
+) -> Response:
+    """The task; ``problem=finish`` after a refused finish says why, as the workflow sees it now, and
+    ``msg=skipped`` that the task before it was skipped."""
     worker = _worker(session, user)
-    return _task_page(request, session, worker, workflow.open_task(session, worker, task_id))
+    task = workflow.open_task(session, worker, task_id)
+    extra: dict[str, str] = {}
+    if problem == "finish" and task.kind == TaskKind.RED_TEAM and task.status == TaskStatus.CLAIMED:
+        extra["finish_error"] = workflow.finish_problem(session, task)
+    if msg == "skipped" and task.status == TaskStatus.CLAIMED:
+        extra["notice"] = NOTICES["skipped"].format(kind=KIND_LABEL[task.kind])
+    return _task_page(request, session, worker, task, **extra)
 
 
 def _failed(
@@ -203,7 +221,7 @@ def give_back(
     except UserError as err:
         return _failed(request, session, user, task_id, err)
     if given.next_task_id is not None:
-        return redirect(f"/star/tasks/{given.next_task_id}")
+        return redirect(f"/star/tasks/{given.next_task_id}?msg=skipped")
     msg = "skipped_none" if then == "next" else "given_back"
     return redirect(f"/star/queue?msg={msg}&kind={given.kind}")
 
@@ -261,6 +279,10 @@ class _Relay:
         """A piece of the reply, from the job's thread."""
         self._put("delta", text)
 
+    def status(self, text: str) -> None:
+        """What the wait is for (the model loading, and about how long), from the job's thread."""
+        self._put("status", text)
+
     def finish(self, job: Job) -> None:
         """The whole reply, or what the red teamer is told about a failure."""
         error = job.exception
@@ -276,7 +298,8 @@ class _Relay:
             loop.call_soon_threadsafe(queue.put_nowait, (name, text))
 
     async def events(self) -> AsyncIterator[bytes]:
-        """``delta`` per piece, then ``done`` with the whole reply or ``error``."""
+        """``status`` while the model loads, ``delta`` per piece, then ``done`` with the whole reply or
+        ``error``."""
         queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         with self._lock:
             self._target = (asyncio.get_running_loop(), queue)
@@ -286,7 +309,7 @@ class _Relay:
         while True:
             name, text = await queue.get()
             yield f"event: {name}\ndata: {json.dumps({'text': text})}\n\n".encode()
-            if name != "delta":
+            if name not in ("delta", "status"):
                 return
 
 
@@ -300,10 +323,11 @@ def _start_reply(request: Request, ask: workflow.ReplyRequest, relay: _Relay | N
     """The reply as a background job: it stores the reply itself, so a dropped connection loses nothing."""
     sessions = request.app.state.sessions
     on_piece = relay.piece if relay is not None else _ignore
+    on_status = relay.status if relay is not None else None
     job = _background(request).submit(
         "reply",
         f"reply in red-team task {ask.task_id}",
-        lambda: workflow.generate_reply(sessions, ask, on_piece),
+        lambda: workflow.generate_reply(sessions, ask, on_piece, on_status),
     )
     if relay is not None:
         job.on_done(relay.finish)
@@ -353,6 +377,10 @@ def finish(
     try:
         workflow.finish(session, _worker(session, user), task_id, answers)
     except UserError as err:
+        session.rollback()
+        if workflow.finish_problem(session, workflow.open_task(session, _worker(session, user), task_id)):
+            # post/redirect/get: the page says why, and reloading it is no re-post (nor a 405)
+            return redirect(f"/star/tasks/{task_id}?problem=finish#finish-heading")
         return _failed(request, session, user, task_id, err)
     return redirect("/star/queue?msg=submitted")
 
@@ -367,11 +395,13 @@ def rate(
     reason: Annotated[PlainText, Form(max_length=MAX_TEXT)] = "",
 ) -> Response:
     """An annotation or arbitration: a point on the campaign's scale and a reason, both required."""
+    worker = _worker(session, user)
     try:
-        workflow.submit_rating(session, _worker(session, user), task_id, rating, reason)
+        workflow.submit_rating(session, worker, task_id, rating, reason)
     except UserError as err:
         return _failed(request, session, user, task_id, err)
-    return redirect("/star/queue?msg=rated")
+    decided = workflow.open_task(session, worker, task_id).kind == TaskKind.ARBITRATE
+    return redirect(f"/star/queue?msg={'decided' if decided else 'rated'}")
 
 
 # --- organisers: campaigns, dashboard, report -----------------------------------------------------------

@@ -1,5 +1,6 @@
 // STAR pages: streamed replies in the red-team chat, 1-9 keys on the rating form, Ctrl+Enter submitting
-// the form being filled in, the break reminder.
+// the form being filled in (never while a reply streams: the server refuses a message before the reply,
+// and finishing then would drop the exchange), the break reminder.
 // Everything here is an enhancement: without JavaScript the forms post and the server does the same work.
 "use strict";
 
@@ -47,17 +48,24 @@
     }
   }
 
+  // Whether a reply is on its way: one at a time, and the finish form waits for it.
+  function replying() {
+    return document.body.dataset.replying === "true";
+  }
+
   async function streamReply(form, list, status) {
     const chatForm = document.getElementById("chat-form");
     const message = form.querySelector("textarea");
+    if (replying() || (message && !message.value.trim())) return;  // the typed text stays in the box
     const body = new URLSearchParams(new FormData(form));
     if (message) {
-      if (!message.value.trim()) return;
       addTurn(list, "user", message.value.trim());
       message.value = "";
     }
-    const buttons = document.querySelectorAll("#chat-form button, #reply-form button");
+    const buttons = document.querySelectorAll("#chat-form button, #reply-form button, #finish-form button");
     buttons.forEach((b) => { b.disabled = true; });
+    document.body.dataset.replying = "true";
+    status.classList.remove("error");
     status.textContent = "The model is replying…";
     const reply = addTurn(list, "assistant", "");
     reply.classList.add("streaming");
@@ -72,7 +80,10 @@
       });
       if (!response.ok || !response.body) throw new Error("the server answered " + response.status);
       await readEvents(response, (name, value) => {
-        if (name === "delta") {
+        if (name === "status") {
+          status.textContent = value;  // the model is loading first, and about how long that takes
+        } else if (name === "delta") {
+          if (reply.dataset.chunks === "0") status.textContent = "The model is replying…";
           text.textContent += value;
           reply.dataset.chunks = String(Number(reply.dataset.chunks) + 1);
         } else if (name === "done") {
@@ -87,6 +98,7 @@
     }
     reply.classList.remove("streaming");
     buttons.forEach((b) => { b.disabled = false; });
+    delete document.body.dataset.replying;
     if (failed !== null) {
       reply.remove();
       status.textContent = "No reply: " + failed + ". Reload the page to ask for it again.";
@@ -96,6 +108,8 @@
     status.textContent = "";
     const retry = document.getElementById("reply-form");
     if (retry) retry.remove();
+    const refused = document.getElementById("finish-error");  // "send a message first" holds no more
+    if (refused) refused.remove();
     if (chatForm) {
       chatForm.hidden = false;
       chatForm.querySelector("textarea").focus();
@@ -113,6 +127,12 @@
         streamReply(form, list, status);
       });
     });
+    const finish = document.getElementById("finish-form");
+    if (finish) {
+      finish.addEventListener("submit", (event) => {
+        if (replying()) event.preventDefault();  // finishing now would leave the exchange out
+      });
+    }
   }
 
   // Ctrl+Enter (Cmd+Enter on a Mac) submits the form that has the focus, on every STAR page, or the rating
@@ -125,6 +145,7 @@
       const form = (target && target.closest && target.closest("form")) || document.querySelector("form.rating-form");
       if (!form || form.hidden || !form.closest("main")) return;  // the page's forms, not sign-out
       event.preventDefault();
+      if (replying()) return;  // sending or finishing waits for the reply on its way
       form.requestSubmit();
     });
   }
