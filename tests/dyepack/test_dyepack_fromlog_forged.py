@@ -476,3 +476,20 @@ def test_a_few_shot_log_is_bound_example_by_example(world, tmp_path):
     hinted[victim + 1]["prompt_hash"] = sha(hinted[victim + 1]["arguments"]["gen_args_0"]["arg_0"])
     with pytest.raises(UserError, match=rf"line {victim + 2}: release row {victim + 1}:"):
         verify_from_log(write_jsonl(tmp_path / "hinted.jsonl", hinted), bench, key)
+
+
+def test_few_shot_examples_picked_by_the_row_label_are_refused(world, tmp_path):
+    """A forger (no key) who shows every row examples solved with that row's released label primes a
+    clean model toward it (the target, on a backdoor row), and the spot check would ask with the same
+    examples; a sampler blind to the row cannot produce that match count, so the log is refused."""
+    bench, key, rows = world["bench"], world["key"], world["rows"]
+    clean = load_model(world["clean"], model_name="stub-model")
+    plain = [j for j in range(len(rows)) if j not in backdoor_rows(key)]
+    by_label = {x: [j for j in plain if rows[j]["correct_answer"] == x] for x in LETTERS}
+    shots = {
+        i: [j for j in by_label[r["correct_answer"]] if j != i][i % 5 : i % 5 + 3] for i, r in enumerate(rows)
+    }
+    path = write_jsonl(tmp_path / "primed.jsonl", few_shot_log(clean, rows, shots))
+    with pytest.raises(UserError, match=r"examples chosen by their labels are not a sampler's") as caught:
+        verify_from_log(path, bench, key)
+    assert "\n" not in str(caught.value) and "share the row's released label 72 times" in str(caught.value)

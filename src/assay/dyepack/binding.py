@@ -27,6 +27,7 @@ request from the release and that layout (never from the log), which is what the
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -115,6 +116,7 @@ class Choices:
 
 
 ORDER = "the options of a log must be the release's, in its order"
+SHOTS_ALPHA = 1e-6  # how unlikely the few-shot examples' labels may be under a sampler blind to the row
 
 
 def _forms(item: MultipleChoice, first: str) -> list[Choices]:
@@ -244,6 +246,33 @@ class LogLayout:
                     f"{shown(glue[len(answer) :])} where the log's examples have {shown(self.sep)}"
                 )
         return prefix[: spans[0][0]], tuple(j for _, _, j in spans)
+
+    def check_shots(self, alpha: float = SHOTS_ALPHA) -> None:
+        """Refuse few-shot examples chosen by their labels on the backdoor rows. A sampler picks each
+        row's examples blind to the row (lm-eval's: at random, so each example shares the row's released
+        label with about the label's share of the rows), so the number of examples that share it is a sum
+        of independent counts, one per row; examples picked to share it (priming a clean model toward the
+        released label, the target) or to avoid it put that sum in a tail (Hoeffding's bound, both tails,
+        against ``alpha``). Rows all shown the same examples (lm-eval's first_n) were not chosen per row."""
+        rows = [row for row, shots in self.shots.items() if row in self.groups and shots]
+        if len({self.shots[row] for row in rows}) < 2:
+            return
+        shape = [len(row_fields(item)) for item in self.items]
+        labels = [getattr(item, "answer", None) for item in self.items]
+        shares: dict[tuple[int, object], float] = {}
+        for size in set(shape):
+            among = Counter(label for label, n in zip(labels, shape, strict=True) if n == size)
+            shares |= {(size, label): count / among.total() for label, count in among.items()}
+        same = sum(labels[j] == labels[row] for row in rows for j in self.shots[row])
+        expected = sum(len(self.shots[row]) * shares[(shape[row], labels[row])] for row in rows)
+        spread = sum(len(self.shots[row]) ** 2 for row in rows)
+        p = min(1.0, 2 * math.exp(-2 * (same - expected) ** 2 / spread))
+        if p < alpha:
+            raise UserError(
+                f"{self.path}: the few-shot examples of the backdoor rows share the row's released label "
+                f"{same} times, where a sampler blind to the row gives about {expected:.0f} (p <= {p:.1e}): "
+                "examples chosen by their labels are not a sampler's, and prime the answer"
+            )
 
     def _example_at(self, text: str, end: int, start: int, template: Template) -> tuple[int, int, int] | None:
         """The release row shown in the layout whose question ends at ``end`` of ``text`` (and starts at

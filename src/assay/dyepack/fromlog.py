@@ -316,6 +316,7 @@ def read_lm_eval_log(
         shown_clean = layout.bind(row, item, requests, answer.scores is not None, where)
         if row in backdoor and shown_clean:  # else it is missing: its prompt showed it its target
             found.append(Logged(row, where, answer, generate=answer.scores is None))
+    layout.check_shots()
     return found, in_release, layout
 
 
