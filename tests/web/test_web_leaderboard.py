@@ -530,6 +530,29 @@ def test_the_plateau_rule_is_the_organisers_and_goes_to_the_audit_trail(app: Fas
     assert "round settings changed" in olga.get("/admin/audit").text
 
 
+def test_the_publication_clock_is_the_organisers_and_goes_to_the_audit_trail(app: FastAPI) -> None:
+    """Issue 44: sealed results are published on the round's clock, which the organiser sets (every hour
+    on the hour unless changed), on the page's form as on the command line; every team reads it."""
+    from assay.store.web_models import WebAuditEvent
+
+    olga, tom = signed_in(app, "olga"), signed_in(app, "tom")
+    assert "published every hour on the hour" in tom.get("/leaderboard/rounds/r1").text
+    form = {"plateau_delta": "0.01", "plateau_days": "14", "publish_every_s": "600"}
+    bad = olga.post(
+        "/leaderboard/rounds/r1/settings", data={**form, "publish_every_s": "0", "csrf_token": csrf(olga)}
+    )
+    assert bad.status_code == 422
+    done = olga.post(
+        "/leaderboard/rounds/r1/settings", data={**form, "csrf_token": csrf(olga)}, follow_redirects=False
+    )
+    assert done.status_code == 303
+    assert "published every 10 minutes" in tom.get("/leaderboard/rounds/r1").text
+    assert tom.get("/api/v1/leaderboard/rounds").json()["items"][0]["publish_every_s"] == 600
+    with app.state.sessions() as session:
+        events = session.scalars(select(WebAuditEvent).where(WebAuditEvent.action == "round.settings")).all()
+        assert [(e.actor.username, e.detail) for e in events] == [("olga", "publish_every_s 3600 -> 600")]
+
+
 def test_the_plateau_rule_from_the_command_line(tmp_path: Path) -> None:
     import os
     import subprocess

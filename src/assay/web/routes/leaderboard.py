@@ -34,6 +34,7 @@ from assay.config import settings
 from assay.durations import duration
 from assay.errors import UserError
 from assay.leaderboard import rounds, submissions, views
+from assay.leaderboard.sealing import MAX_PUBLISH_EVERY_S
 from assay.leaderboard.status import JobProgress, QueueStatus
 from assay.leaderboard.views import NotAllowed, NotVisible, RoundOut, StandingsOut, SubmissionOut, Viewer
 from assay.store.enums import Role, SubmissionStatus
@@ -259,9 +260,13 @@ def round_settings(
     name: RoundName,
     plateau_delta: Annotated[float, Form(ge=0, le=1e6, allow_inf_nan=False)],
     plateau_days: Annotated[float, Form(gt=0, le=3650, allow_inf_nan=False)],
+    publish_every_s: Annotated[int | None, Form(ge=1, le=MAX_PUBLISH_EVERY_S)] = None,
 ) -> Response:
-    """The organiser's plateau rule for the round, changed and written to the audit trail."""
+    """The organiser's plateau rule and publication clock for the round, changed and written to the audit
+    trail."""
     rounds.set_plateau(session, name, plateau_delta, plateau_days, actor_id=user.id)
+    if publish_every_s is not None:
+        rounds.set_publication(session, name, publish_every_s, actor_id=user.id)
     return redirect(f"/leaderboard/rounds/{name}")
 
 
