@@ -493,3 +493,23 @@ def test_few_shot_examples_picked_by_the_row_label_are_refused(world, tmp_path):
     with pytest.raises(UserError, match=r"examples chosen by their labels are not a sampler's") as caught:
         verify_from_log(path, bench, key)
     assert "\n" not in str(caught.value) and "share the row's released label 72 times" in str(caught.value)
+
+
+def test_bind_choices_takes_letters_or_texts_in_the_release_order_only():
+    """The option check every log path passes (lm-eval's own requests under --lm-eval-task too)."""
+    from assay.data.items import MultipleChoice
+    from assay.dyepack.binding import bind_choices
+
+    item = MultipleChoice("Which colour?", ("red", "green ", "blue"), 1)
+    assert bind_choices(item, [" A", " B", " C"], "t", 3).form == " {}"
+    assert bind_choices(item, [" (A)", " (B)", " (C)"], "t", 3).form == " ({})"
+    assert not bind_choices(item, [" red", " green", " blue"], "t", 3).by_letter
+    for swapped, option in (
+        ([" A", " C", " B"], 1),
+        ([" green", " red", " blue"], 0),
+        ([" C", " B", " A"], 0),
+    ):
+        with pytest.raises(UserError, match=rf"^t: release row 3, option {option}: the logged continuation"):
+            bind_choices(item, swapped, "t", 3)
+    with pytest.raises(UserError, match="2 options requested; the release row has 3"):
+        bind_choices(item, [" A", " B"], "t", 3)

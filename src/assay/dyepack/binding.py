@@ -125,14 +125,17 @@ def _forms(item: MultipleChoice, first: str) -> list[Choices]:
     at = first.find(LETTERS[0])
     if at >= 0:
         forms.append(Choices(True, first[:at] + "{}" + first[at + 1 :]))
-    text = item.options[0].strip()
-    if text and first.endswith(text):
-        forms.append(Choices(False, first[: -len(text)] + "{}"))
+    text, kept = item.options[0].strip(), first.rstrip()
+    if text and kept.endswith(text):
+        forms.append(Choices(False, kept[: -len(text)] + "{}"))
     return forms
 
 
 def _first_wrong(item: MultipleChoice, continuations: list[str], form: Choices) -> int | None:
-    return next((i for i, c in enumerate(continuations) if c != form.continuation(item, i)), None)
+    """The first option whose continuation is not the form's (spaces around a text do not count)."""
+    return next(
+        (i for i, c in enumerate(continuations) if c.strip() != form.continuation(item, i).strip()), None
+    )
 
 
 def bind_choices(
