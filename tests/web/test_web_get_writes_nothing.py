@@ -136,6 +136,24 @@ def urls(app: FastAPI, seeded: DemoSeed) -> list[str]:
     return found
 
 
+COUNT_AS_FLOAT = re.compile(r"(?<![\d.])\d+\.0+(?![\d.])")  # "128.0000", "3.0": a count printed as a float
+UNSURE_PLURAL = re.compile(r"\b\d+ \w+\(s\)")  # "1 release(s)": the page knows the number
+
+
+def number_shapes(url: str, response: Any) -> list[str]:
+    """Numbers in the wrong shape on a STAR or DyePack page (or the dashboard): a count as a float, or a
+    plural the page left to the reader."""
+    if not url.startswith(("/star", "/dyepack", "/dashboard")) or "html" not in response.headers.get(
+        "content-type", ""
+    ):
+        return []
+    text = " ".join(
+        re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)\b.*?</\1>", " ", response.text, flags=re.S)).split()
+    )
+    found = [*COUNT_AS_FLOAT.findall(text), *UNSURE_PLURAL.findall(text)]
+    return [f"{url}: {shape}" for shape in found]
+
+
 def working_state(app: FastAPI, seeded: DemoSeed, tmp_path: Path) -> dict[str, int]:
     """Something for every page to show: a red-team chat under way, an annotation claim past its time, a
     DyePack run whose holder died and one silent on another host."""
@@ -175,13 +193,16 @@ def test_no_get_route_writes_for_any_role(site: tuple[FastAPI, DemoSeed], tmp_pa
     pages = urls(app, seeded)
     assert any("/star/tasks/" in url for url in pages) and any("/dyepack/runs/" in url for url in pages)
     statuses: dict[int, int] = {}
+    shapes: list[str] = []
     for username in [*PEOPLE, None]:
         client = client_as(app, seeded, username)
         for url in pages:
-            status = client.get(url, follow_redirects=False).status_code
-            assert status < 500, (username, url, status)
-            statuses[status] = statuses.get(status, 0) + 1
+            response = client.get(url, follow_redirects=False)
+            assert response.status_code < 500, (username, url, response.status_code)
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            shapes += number_shapes(url, response)
     assert caught == []
+    assert shapes == []  # issue 47: "0 model(s), 1 release(s)" on the board
     assert statuses.get(200, 0) > 100 and statuses.get(404, 0) > 0  # real pages, and refusals, were read
 
     anna = client_as(app, seeded, "anna")
