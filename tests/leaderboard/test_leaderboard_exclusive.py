@@ -3,9 +3,13 @@
 Two runs on one machine share free memory, the page cache and the CPUs; a practice run (whose stderr its
 team reads) beside a test run of the same team decoded 16 of 16 hash slots through sysinfo. Here two real
 workers (``assay leaderboard worker --once``, two processes on this machine) take a practice job and a
-sealed test job at once; each detector run writes when it started and ended. Before the host lease the two
-jobs' runs overlapped; now no sealed run overlaps any practice run, and the lease's own rules (shared
-holders together, an exclusive one alone and ahead of later shared ones) are checked with threads.
+sealed test job at once; each detector run writes when it started and ended. The sealed detector sends:
+it writes 48 MiB into its scratch (tmpfs: shared memory, host-wide); the practice detector receives: it
+samples sysinfo(2) (through ctypes) and ``/proc/meminfo`` every 20 ms while it runs. Before the host lease
+and the seccomp filter the two jobs' runs overlapped (8 pairs) and the receiver saw the host move (a new
+sysinfo answer at every sample); now no sealed run overlaps any practice run and the receiver sees one
+thing throughout. The lease's own rules (shared holders together, an exclusive one alone and ahead of
+later shared ones, nesting) are checked with threads.
 """
 
 from __future__ import annotations
@@ -33,10 +37,21 @@ from assay.runner.hostlease import host_lease
 from assay.store import Job, open_store
 from fake_board import open_round
 
-STAMPING = (
+SENDER = (
     "start = time.time()\n"
-    "time.sleep({sleep})\n"
-    "print(f'ran {{start}} {{time.time()}}')\n"
+    "open(args.scratch_dirpath + '/blob', 'wb').write(b'x' * (48 << 20))\n"
+    "time.sleep(0.3)\n"
+    "print(f'ran {start} {time.time()} 0')\n"
+    "open(args.result_filepath, 'w').write('0.5')\n"
+)
+RECEIVER = (
+    "import ctypes\n"
+    "libc, seen, start = ctypes.CDLL(None, use_errno=True), set(), time.time()\n"
+    "while time.time() < start + 1.5:\n"
+    "    answer = ctypes.create_string_buffer(256)\n"
+    "    seen.add((libc.sysinfo(answer), answer.raw, open('/proc/meminfo').read()))\n"
+    "    time.sleep(0.02)\n"
+    "print(f'ran {start} {time.time()} {len(seen)}')\n"
     "open(args.result_filepath, 'w').write('0.5')\n"
 )
 
@@ -48,15 +63,15 @@ def _open_round(tmp_path: Path) -> tuple[str, sessionmaker[Session]]:
     return url, open_store(url)
 
 
-def _spans(url: str) -> dict[str, list[tuple[float, float]]]:
-    """Each job's detector runs as (start, end), by split; and which worker ran each job."""
-    spans: dict[str, list[tuple[float, float]]] = {}
+def _runs(url: str) -> dict[str, list[tuple[float, float, int]]]:
+    """Each job's detector runs as (start, end, distinct host views it received), by split."""
+    runs: dict[str, list[tuple[float, float, int]]] = {}
     with open_store(url)() as session:
         for job in session.scalars(select(Job)):
             for result in job.results:
-                _, start, end = result.stdout.split()
-                spans.setdefault(job.submission.split.name, []).append((float(start), float(end)))
-    return spans
+                _, start, end, seen = result.stdout.split()
+                runs.setdefault(job.submission.split.name, []).append((float(start), float(end), int(seen)))
+    return runs
 
 
 def _workers(url: str) -> set[str | None]:
@@ -68,10 +83,10 @@ def _workers(url: str) -> set[str | None]:
 def test_no_practice_run_shares_the_host_with_a_sealed_run(tmp_path: Path) -> None:
     url, sessions = _open_round(tmp_path)
     with sessions.begin() as session:  # the practice job first: it holds the host when the sealed one comes
-        practice = fake_detector(tmp_path / "p", STAMPING.format(sleep=1.5))
+        practice = fake_detector(tmp_path / "p", RECEIVER)
         submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", "train", practice)
     with sessions.begin() as session:
-        sealed = fake_detector(tmp_path / "s", STAMPING.format(sleep=0.3))
+        sealed = fake_detector(tmp_path / "s", SENDER)
         submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", "test", sealed)
     env = {**os.environ, "ASSAY_DB_URL": url, "ASSAY_HOST_LEASE": str(tmp_path / "host.lease")}
     command = [sys.executable, "-m", "assay", "leaderboard", "worker", "--once", "--workers", "2"]
@@ -81,14 +96,18 @@ def test_no_practice_run_shares_the_host_with_a_sealed_run(tmp_path: Path) -> No
     for worker in (first, second):
         _, err = worker.communicate(timeout=120)
         assert worker.returncode == 0, err
-    spans = _spans(url)
+    runs = _runs(url)
     overlaps = [
-        (s, p) for s in spans["test"] for p in spans["train"] if s[0] < p[1] and p[0] < s[1]
+        (s, p) for s in runs["test"] for p in runs["train"] if s[0] < p[1] and p[0] < s[1]
     ]  # fmt: skip
-    print(f"\nworkers {_workers(url)}; sealed runs overlapping practice runs: {len(overlaps)}")
+    received = [seen for _, _, seen in runs["train"]]
+    print(
+        f"\nworkers {_workers(url)}; sealed runs overlapping practice runs: {len(overlaps)}; distinct "
+        f"host views each practice run received: {received}"
+    )
     assert len(_workers(url)) == 2, "one worker ran both jobs: no concurrency to test"
-    assert len(spans["test"]) == len(spans["train"]) == 4
-    assert overlaps == []
+    assert len(runs["test"]) == len(runs["train"]) == 4
+    assert overlaps == [] and received == [1, 1, 1, 1]
 
 
 def _holding(exclusive: bool, path: Path, log: list[str], name: str, hold_s: float) -> threading.Thread:
