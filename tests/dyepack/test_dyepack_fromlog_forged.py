@@ -513,3 +513,19 @@ def test_bind_choices_takes_letters_or_texts_in_the_release_order_only():
             bind_choices(item, swapped, "t", 3)
     with pytest.raises(UserError, match="2 options requested; the release row has 3"):
         bind_choices(item, [" A", " B"], "t", 3)
+
+
+def test_a_question_that_lists_its_own_options_binds_by_letter():
+    from assay.data.items import MultipleChoice
+    from assay.dyepack.binding import LogLayout
+
+    item = MultipleChoice("Pick one: (A) red (B) green", ("red", "green"), 0)
+    layout = LogLayout(Path("log.jsonl"), [item], {})
+    prompt = "Q: Pick one: (A) red (B) green\nA:"
+    layout.bind(0, item, [(prompt, " A"), (prompt, " B")], True, "line 1")
+    assert layout.requests(item, 0) == [(prompt, " A"), (prompt, " B")]
+    with pytest.raises(UserError, match="does not list the release row's options"):
+        other = MultipleChoice("Pick one:", ("red", "green"), 0)
+        LogLayout(Path("log.jsonl"), [other], {}).bind(
+            0, other, [("Pick one:\nA:", " A"), ("Pick one:\nA:", " B")], True, "line 1"
+        )

@@ -60,6 +60,17 @@ def _find_field(text: str, field: str, start: int) -> int:
     return first
 
 
+def _in_order(text: str, fields: tuple[str, ...]) -> bool:
+    """Whether every field stands in ``text`` in order (options the question itself lists, say)."""
+    pos = 0
+    for field in fields:
+        at = text.find(field, pos)
+        if at < 0:
+            return False
+        pos = at + len(field)
+    return True
+
+
 @dataclass(frozen=True)
 class Template:
     """A prompt cut at the row's fields: ``parts[0]`` before the question, ``parts[i]`` between field i-1
@@ -198,7 +209,12 @@ class LogLayout:
             )
         if isinstance(item, MultipleChoice) and scored:
             self.choices = bind_choices(item, [c for _, c in requests], at, row, self.choices)
-            if self.choices.by_letter and template.placed < len(fields):
+            question_on = requests[0][0][len(template.parts[0]) :]
+            if (
+                self.choices.by_letter
+                and template.placed < len(fields)
+                and not _in_order(question_on, fields[1:])
+            ):
                 raise UserError(
                     f"{at}: release row {row}: the logged prompt does not list the release row's options in "
                     "its order, so its letters do not name them"
