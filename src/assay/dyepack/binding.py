@@ -15,13 +15,16 @@ The rule, one check every log path passes (``LogLayout.bind``):
   (lm-eval's description), between the fields (``\\nA. ``) and after them (``\\nAnswer:``). Every sample
   of a log with the same shape (option count) must have the same template, the one its first sample
   has: a prompt edited on some rows (a hint, a changed letter, options in another order) is refused.
-  Few-shot prompts (examples drawn per row) have a different text before each question and are refused:
-  the examples are the log's choice, not the release's.
+* **few-shot examples.** Text before the question that is not the log's head must be release rows in
+  the same layout, each solved with its released label's continuation and followed by one separator for
+  the whole log. A backdoor sample shown a solved sample of its own backdoor (its target) is left out.
+  Examples chosen by the asked row's label (priming it) are refused by a count no sampler blind to the row
+  reaches (``check_shots``).
 * **the options.** The continuation of request i is option i of the release row, in one form for the
   whole log: the letter (``" A"``, ``" (A)"``: option 0's continuation with its letter changed) or the
   option's text, after one delimiter.
 
-A log that passes is the release's own questions in one layout, so ``release_requests`` rebuilds every
+A log that passes is the release's own questions in one layout, so ``LogLayout.requests`` rebuilds every
 request from the release and that layout (never from the log), which is what the live model is asked.
 """
 
