@@ -173,6 +173,7 @@ def test_malformed_images_are_one_line_errors(
     assert bomb.stat().st_size < 2**20
     made = submit(sessions, artifacts, "alpha", bomb)
     assert made.status == "rejected" and "unpacks to more than" in made.validation_errors
+    assert "missing" not in made.validation_errors  # it has both files: only the real problem (issue 47)
     big = handmade_archive(tmp_path / "big.tar", [GOOD_FILES, {"noise": bytes(5 * 2**20)}], ENTRY)
     with pytest.raises(UserError, match="the limit is"):
         submit(sessions, artifacts, "alpha", big)
@@ -194,13 +195,22 @@ def test_malformed_images_are_one_line_errors(
 RUNSCRIPT_FILES = {".singularity.d/runscript": b'#!/bin/sh\nexec python3 /entrypoint.py "$@"\n'}
 
 
-def handmade_sif(path: Path, files: dict[str, bytes], signed: bool = False, fs: int = 1) -> Path:
-    """A SIF whose primary partition is a SquashFS of ``files`` (never run: for the submission checks)."""
+def handmade_sif(
+    path: Path,
+    files: dict[str, bytes],
+    signed: bool = False,
+    fs: int = 1,
+    links: dict[str, str] | None = None,
+) -> Path:
+    """A SIF whose primary partition is a SquashFS of ``files`` and symbolic ``links`` (name: target), never
+    run: for the submission checks."""
     root = path.with_suffix(".root")
     shutil.rmtree(root, ignore_errors=True)
     for name, data in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
+    for name, target in (links or {}).items():
+        (root / name).symlink_to(target)
     objects = [SifObject(PARTITION, squash(root, path.with_suffix(".sqfs")), extra=partition_extra(fs))]
     if signed:
         objects.append(SifObject(SIGNATURE, pgp_signature(), None, 1, True, signature_extra()))
@@ -240,18 +250,22 @@ def test_bad_sif_images_are_refused_with_one_line_each(fake_board, tmp_path: Pat
         session.scalars(select(Round)).one().image_bytes = 4 * 2**20
     rejected = {
         "/.singularity.d/runscript: missing from the image (singularity run runs it)": GOOD_FILES,
-        "/metaparameters.json: missing from the image": {**RUNSCRIPT_FILES, "entrypoint.py": b""},
+        "/metaparameters.json: missing from the image": {
+            **RUNSCRIPT_FILES,
+            "metaparameters_schema.json": GOOD_FILES["metaparameters_schema.json"],
+        },
         "/metaparameters.json: field 'centre'": {**good, "metaparameters.json": b'{"centre": 99}'},
         "the image unpacks to more than 4194304 bytes": {**good, "zeros": bytes(5 * 2**20)},
     }
+    escape = {"out": "../../etc/shadow"}  # with both metaparameter files: refused for the link alone
+    rejected["/out: a link leading out of the image"] = good
     for number, (problem, files) in enumerate(rejected.items()):
-        sif = handmade_sif(tmp_path / f"bad{number}.sif", files)
+        sif = handmade_sif(tmp_path / f"bad{number}.sif", files, links=escape if "/out" in problem else None)
         assert sif.stat().st_size < 4 * 2**20  # the file is small; what it unpacks to is not
         made = submit(sessions, artifacts, "alpha", sif)
         assert made.status == "rejected", problem
-        assert any(line.startswith(problem) for line in made.validation_errors.splitlines()), (
-            made.validation_errors
-        )
+        lines = made.validation_errors.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(problem), lines  # the real problem, no other
 
 
 # --- jobs (podman) ------------------------------------------------------------------------------------------
@@ -378,3 +392,13 @@ def test_a_sif_submission_scores_as_the_same_detector_does_as_a_folder(
             f"\nSIF vs folder on {len(names)} test models: cross entropy "
             f"{overall['alpha']['cross_entropy']:.6f} vs {overall['beta']['cross_entropy']:.6f}"
         )
+
+
+def test_the_docs_state_the_image_limit_the_code_enforces() -> None:
+    """Issue 47: docs/leaderboard.md said images unpack within 512 MiB; the code's limit is the round's
+    ``--max-image-gb``, 8 GiB by default (a 40 KiB SIF holding a 600 MiB sparse file was accepted)."""
+    docs = (Path(__file__).parents[2] / "docs" / "leaderboard.md").read_text()
+    checks = " ".join(docs.split("- **Checks at submission**", 1)[1].split("\n- **", 1)[0].split())
+    default = Round.__table__.c.image_bytes.default.arg
+    assert f"--max-image-gb`, {default / 2**30:g} GiB by default" in checks
+    assert "512 MiB artifact limit" in checks and "artifact limit (512 MiB" not in checks

@@ -254,22 +254,26 @@ def validate(root: Path, image_limit: int = MAX_ARTIFACT_BYTES) -> tuple[list[st
     return _check_metaparameters(root)
 
 
-def _image_files(image: Path, limit: int) -> tuple[dict[str, bytes | None], list[str], list[str]]:
-    """The metaparameter files at the root of a stored image, what is wrong with the image itself, and
-    notes for the job's log (a ``.sif``'s signatures, shown but not verified)."""
+def _image_files(image: Path, limit: int) -> tuple[dict[str, bytes | None] | None, list[str], list[str]]:
+    """The metaparameter files at the root of a stored image (None when the image itself is refused: a
+    device node, a link out of its root, too big unpacked), what is wrong with the image, and notes for the
+    job's log (a ``.sif``'s signatures, shown but not verified)."""
     try:
         if image.name != SIF_IMAGE:
             return read_archive(image, IMAGE_FILES, limit).root_files, [], []
         contents = read_contents(image, IMAGE_FILES, limit)
     except UserError as exc:
-        return {}, [str(exc).replace(f"{image}: ", "")], []
+        return None, [str(exc).replace(f"{image}: ", "")], []
     errors = [] if contents.runscript else [f"{RUNSCRIPT}: missing from the image (singularity run runs it)"]
     return contents.root_files, errors, signature_notes(contents.image)
 
 
 def _validate_image(image: Path, limit: int) -> tuple[list[str], str, list[str]]:
-    """``validate`` for a container image: its ``/metaparameters.json`` and schema, checked as a folder's."""
+    """``validate`` for a container image: its ``/metaparameters.json`` and schema, checked as a folder's.
+    An image refused as a whole says only why: its files were not read, so none is called missing."""
     files, errors, notes = _image_files(image, limit)
+    if files is None:
+        return errors, "", []
     for name in IMAGE_FILES:
         if name not in files:
             errors.append(f"/{name}: missing from the image (NIST's harness reads it there)")
