@@ -553,3 +553,37 @@ def test_folders_of_dead_workers_are_swept(tmp_path: Path) -> None:
     script = detector(tmp_path, "print('ok')\n")
     assert run_task(python_task(script), workdir=work).stdout == "ok\n"
     assert sorted(p.name for p in work.iterdir()) == ["live-1", "other-host-1", "other-pid-namespace-1"]
+
+
+def test_the_shared_task_folder_is_used_only_when_it_is_this_users_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: ``/tmp/assay-runner`` was used whoever had made it, so another user's process (or an
+    unisolated practice run) that made it first owned every later task folder. Now a shared folder that is
+    writable by others, a link, or another user's is passed over for a private ``assay-runner-UID``."""
+    from assay.runner.workspace import default_base, workspace
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(temp))
+    shared, private = temp / "assay-runner", temp / f"assay-runner-{os.geteuid()}"
+    assert default_base() == shared and oct(shared.stat().st_mode & 0o777) == "0o700"  # made private
+    shared.chmod(0o777)  # made first by someone for everyone
+    assert default_base() == private and oct(private.stat().st_mode & 0o777) == "0o700"
+    with workspace() as space:
+        assert space.root.parent == private
+    shared.rmdir()
+    (temp / "elsewhere").mkdir()
+    shared.symlink_to(temp / "elsewhere")  # a link is never followed, even to a folder of ours
+    assert default_base() == private
+    private.chmod(0o775)
+    with pytest.raises(UserError) as caught:
+        default_base()
+    message = str(caught.value)
+    assert "\n" not in message and f"{shared} is not a folder (a symbolic link)" in message
+    assert f"{private} may be written by other users (mode 0775)" in message
+    if os.geteuid() == 0:  # another user's folder: only root can make one here
+        private.chmod(0o700)
+        os.chown(private, 65534, 65534)
+        with pytest.raises(UserError, match=f"{private} belongs to uid 65534, not to this user"):
+            default_base()

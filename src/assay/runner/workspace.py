@@ -51,8 +51,35 @@ class Workspace:
 
 
 def default_base() -> Path:
-    """Where task folders go when the caller gives none: one folder in the system temp dir."""
-    return Path(tempfile.gettempdir()) / "assay-runner"
+    """Where task folders go when the caller gives none: ``assay-runner`` in the system temp dir, or
+    ``assay-runner-UID`` when that one is not this user's alone. Whoever makes the shared name first owns
+    every task folder made in it later (issue 47: another user's process, or an unisolated practice run),
+    so a folder of another owner, a link, or one others may write to is never used; with both names taken
+    so, one line says which and why."""
+    temp = Path(tempfile.gettempdir())
+    problems = []
+    for candidate in (temp / "assay-runner", temp / f"assay-runner-{os.geteuid()}"):
+        problem = private_folder_problem(candidate)
+        if problem is None:
+            return candidate
+        problems.append(f"{candidate} {problem}")
+    raise UserError(f"no private folder for task folders: {'; '.join(problems)}; remove one or pass a folder")
+
+
+def private_folder_problem(path: Path) -> str | None:
+    """Make ``path`` (mode 0700) if it is missing; why it cannot hold this user's task folders (None: it
+    can): not a folder (a link too: never followed), another owner, or writable by group or others. The
+    sticky temp dir lets nobody else replace a folder of ours between the check and its use."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder" + (" (a symbolic link)" if stat.S_ISLNK(info.st_mode) else "")
+    if info.st_uid != os.geteuid():
+        return f"belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"may be written by other users (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
 
 
 def _start_time(pid: int) -> str | None:
