@@ -34,6 +34,7 @@ def test_a_held_task_is_continued_not_claimed_again(app: FastAPI, people: dict[s
     rita = people["rita"]
     queue = rita.get("/star/queue").text
     assert "Claim next red-team task" in queue and "Continue your" not in queue
+    assert "none is open for you" not in queue
     assert (
         progress_line(queue)
         == "Done today: 0; daily cap: 0 of 50 claims used; open for you now: 2 red-team tasks"
@@ -119,6 +120,7 @@ def test_skip_on_the_page_moves_on_and_give_back_returns_to_the_queue(
         progress_line(queue)
         == "Done today: 1; daily cap: 1 of 50 claims used; open for you now: 0 annotation tasks"
     )
+    assert "none is open for you right now" in queue  # beside the claim button, which would find nothing
     participant = re.search(r'name="participant_id" value="(\d+)"', queue).group(1)  # type: ignore[union-attr]
     claimed = anna.post("/star/queue/claim", participant_id=participant, kind="annotate")
     assert claimed.headers["location"] == "/star/queue?msg=none&kind=annotate"  # as the line said
