@@ -252,6 +252,22 @@ def test_the_first_reply_says_the_model_loads_and_finishing_early_redirects_to_t
     assert "Not submitted" not in rita.get(f"/star/tasks/{task}?problem=finish").text  # true no more
 
 
+def test_a_server_started_to_warm_its_models_loads_the_target_before_anyone_asks(
+    tmp_path: Path, target: str
+) -> None:
+    """``assay serve --warm-models`` (``create_app(warm_models=True)``): the campaigns' target models load in
+    the background at start, so the first red-team reply has nothing to wait for."""
+    app = build_app(f"sqlite:///{tmp_path / 'warm.db'}", target)
+    app.state.warm_models = True  # as create_app(warm_models=True) sets it
+    assert live.loading_note(target)
+    with TestClient(app):  # the lifespan: the server starts
+        deadline = time.monotonic() + 30
+        while live.loading_note(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert live.loading_note(target) == ""
+    assert create_app(f"sqlite:///{tmp_path / 'cold.db'}").state.warm_models is False  # not unless asked
+
+
 def test_a_failed_reply_keeps_the_message_and_can_be_asked_for_again(
     app: FastAPI, people: dict[str, Person], tmp_path: Path
 ) -> None:

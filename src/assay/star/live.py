@@ -13,13 +13,14 @@ the campaign has got is ``assay.star.status``. The functions take a ``Session`` 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from assay.durations import duration
 from assay.errors import UserError, validation_error
@@ -142,6 +143,21 @@ def target_model(spec: str) -> ChatModel:
         while len(_MODELS) > MAX_LOADED_MODELS:
             _MODELS.popitem(last=False)
         return model
+
+
+def warm_targets(sessions: sessionmaker[Session]) -> list[str]:
+    """Load the campaigns' target models now (a server's start), so no red teamer's first reply waits for
+    one: the distinct specs set, at most ``MAX_LOADED_MODELS`` (more would only push each other out).
+    The specs loaded; one that fails is left to the first reply, which says why."""
+    with sessions() as session:
+        campaigns = session.scalars(select(StarCampaign).order_by(StarCampaign.id)).all()
+        specs = list(dict.fromkeys(s for c in campaigns if (s := settings_of(session, c).target_model)))
+    loaded = []
+    for spec in specs[:MAX_LOADED_MODELS]:
+        with contextlib.suppress(Exception):  # broad: whatever a model's code raises, the server still starts
+            target_model(spec)
+            loaded.append(spec)
+    return loaded
 
 
 def loading_note(spec: str) -> str:

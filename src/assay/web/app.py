@@ -25,6 +25,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio.to_thread
@@ -43,6 +44,7 @@ from assay import __version__, pyfloor
 from assay.config import settings
 from assay.durations import duration
 from assay.errors import UserError
+from assay.star.live import warm_targets
 from assay.star.workflow import NotAllowed, NotYours
 from assay.store.engine import open_store
 from assay.web import methods, metrics, openapi, signin
@@ -73,6 +75,9 @@ HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 SECURE_COOKIES_ENV = "ASSAY_SECURE_COOKIES"
+WARM_MODELS_ENV = (
+    "ASSAY_WARM_MODELS"  # "1": load the STAR target models at start (``assay serve --warm-models``)
+)
 OPENAPI_PATH = "/api/v1/openapi.json"
 DOCS_PATH = "/api/v1/docs"
 SWAGGER_STATIC = "/static/swagger-ui"  # mounted before /static, so it is not shadowed by it
@@ -165,6 +170,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.sweeper = Sweeper(
         app.state.sessions, app.state.background.holding("dyepack"), app.state.sweep_seconds
     ).start()
+    if app.state.warm_models:  # the red-team chat's first reply need not wait for a model to load
+        app.state.background.submit(
+            "reply", "load the STAR target models", partial(warm_targets, app.state.sessions)
+        )
     try:
         yield
     finally:
@@ -177,6 +186,7 @@ def create_app(
     secure_cookies: bool = False,
     sweep_seconds: float = SWEEP_SECONDS,
     public_url: str | None = None,
+    warm_models: bool | None = None,
 ) -> FastAPI:
     """The web app over the store at ``database_url`` (default: ``settings().database_url``).
 
@@ -185,6 +195,8 @@ def create_app(
 
     ``secure_cookies``: mark the session cookie Secure; turn it on whenever the site is served over HTTPS.
     ``sweep_seconds``: how often the sweeper releases expired claims and fails orphaned DyePack runs.
+    ``warm_models``: load the STAR campaigns' target models in the background at start (default:
+    ``ASSAY_WARM_MODELS=1``), so the first red-team reply does not wait minutes for one.
     """
     pyfloor.check()  # uploads and restores need tar filters: one line and exit 2 on an older Python
     app = FastAPI(
@@ -206,6 +218,7 @@ def create_app(
     app.state.background = BackgroundWork()
     app.state.sweep_seconds = sweep_seconds
     app.state.sweeper = None  # set while the app runs (lifespan)
+    app.state.warm_models = os.environ.get(WARM_MODELS_ENV) == "1" if warm_models is None else warm_models
     app.add_middleware(Admission, limit=settings().web_threads)  # innermost: /metrics times the wait too
     app.add_middleware(SecurityHeaders)
     app.add_middleware(NoStore)

@@ -62,6 +62,12 @@ def serve(
     workers: int = typer.Option(
         1, "--workers", min=1, max=64, help="Worker processes; use PostgreSQL for more than one."
     ),
+    warm_models: bool = typer.Option(
+        False,
+        "--warm-models",
+        help="Load the STAR campaigns' target models at start, in the background, so no red teamer's "
+        "first reply waits minutes for one (each worker process holds its own).",
+    ),
     public_url: str | None = typer.Option(
         None,
         "--public-url",
@@ -89,7 +95,7 @@ def serve(
 
     from assay.config import settings
     from assay.web import logs
-    from assay.web.app import SECURE_COOKIES_ENV, create_app
+    from assay.web.app import SECURE_COOKIES_ENV, WARM_MODELS_ENV, create_app
 
     os.environ["ASSAY_LOG_FORMAT"] = logs.check_format(log_format or settings().log_format)
     log = {"log_config": logs.uvicorn_log_config(settings().log_format, settings().log_level)}
@@ -97,8 +103,10 @@ def serve(
     logs.configure(settings().log_format, settings().log_level)
     url = db or settings().database_url
     public_url = public_url or settings().public_url or (f"http://{host}:{port}" if demo else None)
+    if warm_models:  # the worker processes of --workers read it too
+        os.environ[WARM_MODELS_ENV] = "1"
     web = create_app(
-        url, secure_cookies=secure_cookies, public_url=public_url
+        url, secure_cookies=secure_cookies, public_url=public_url, warm_models=warm_models
     )  # migrates before workers start
     if demo:
         _seed_demo(web.state.sessions, target)
