@@ -46,6 +46,13 @@ def test_the_heads_read_from_the_scripts_are_alembics() -> None:
     assert len(alembic_heads) >= 2  # two branch heads today: the reading must handle branches and merges
 
 
+def test_every_revision_id_fits_alembic_version_on_postgresql() -> None:
+    """``alembic_version.version_num`` is VARCHAR(32): PostgreSQL refuses a longer id at the upgrade that
+    stamps it (SQLite does not check), so a long name passes on SQLite and fails every PostgreSQL run."""
+    revisions = [script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()]
+    assert revisions and [r for r in revisions if len(r) > 32] == []
+
+
 def test_a_database_at_head_opens_without_alembic(db_url: str, upgrades: list[str]) -> None:
     open_store(db_url)  # fresh: migrated
     assert len(upgrades) == 1

@@ -1,6 +1,6 @@
 """The round's clock: sealed results are published at fixed times, never when a job finishes
 
-Revision ID: 0019_leaderboard_publication_clock
+Revision ID: 0019_leaderboard_clock
 Revises: 0018_web_audit_action_index
 Create Date: 2026-11-29 07:00:00
 
@@ -12,7 +12,7 @@ Every round that exists publishes hourly, on the hour.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019_leaderboard_publication_clock"
+revision = "0019_leaderboard_clock"
 down_revision = "0018_web_audit_action_index"
 branch_labels = None
 depends_on = None
