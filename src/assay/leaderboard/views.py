@@ -17,11 +17,13 @@ organiser's tool on the server and asks as the organiser unless ``--as-team TEAM
 - A submission, its job and its logs: members of the submitting team and organisers; to anyone else the
   submission does not exist. How much detail the team sees depends on the split (``detail_level``): train
   and smoke, whose ground truth the team holds: everything (each model's answer, the truth, flags, exit code,
-  time, the detector's stderr, metrics by METADATA factor); test: the disclosed score only while the round
-  is open (``disclosure``: at most the round's ``leak_bits`` bits about the test labels; no exact metric,
-  CI, ROC curve or group) and how many models carry each NIST flag, never which (a detector must not carry
-  facts about named sequestered models out); holdout: the overall metrics and ROC only. Organisers see
-  everything. Public standings and progress of an open round's test split use the disclosed scores alone.
+  time, the detector's stderr, metrics by METADATA factor); test, while the round is open: nothing but
+  "submitted" until the job is published on the round's clock, then the disclosed score alone
+  (``sealed_phase``, ``sealing.phase``: one frozen record, then one showing; ``disclosure``: at most the
+  round's ``leak_bits`` bits about the test labels; no exact metric, CI, ROC curve, group, flag count or
+  log line until the close: a detector must not carry facts about sequestered models out); holdout: the
+  overall metrics and ROC only. Organisers see everything. Public standings and progress of an open
+  round's test split use the published, disclosed scores alone.
 - The same files from another team (``duplicate_of``): named only to a viewer who may see the original,
   which for another team's submission is the organiser.
 - Uploads: members of a team (``submitting_team``); the queue and worker status: organisers.
