@@ -4,6 +4,8 @@ app start: an older interpreter gets one line and exit code 2, before any upload
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tarfile
 import tomllib
@@ -67,3 +69,40 @@ def test_the_web_app_checks_before_opening_the_store(
 def test_pyproject_floor_is_the_checked_floor() -> None:
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=" + ".".join(map(str, pyfloor.FLOOR))
+
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _bare_python(code: str) -> subprocess.CompletedProcess:
+    """This interpreter without its site-packages (``-S``) and assay's source on PYTHONPATH: a checkout
+    run by a Python that has none of assay's dependencies (issue 49)."""
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(SRC)}
+    return subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_python_m_assay_checks_the_floor_before_any_third_party_import() -> None:
+    done = _bare_python(
+        f"import sys, runpy; sys.version_info = {OLD!r}; sys.argv = ['assay', '--help']; "
+        "runpy.run_module('assay', run_name='__main__')"
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "needs Python 3.11.4 or newer" in _one_line(done.stderr)
+
+
+def test_missing_dependencies_are_one_line_not_a_traceback() -> None:
+    done = _bare_python(
+        "import sys, runpy; sys.argv = ['assay', '--help']; runpy.run_module('assay', run_name='__main__')"
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    line = _one_line(done.stderr)
+    assert (
+        line.startswith("error: assay's dependency 'typer' is not importable by ") and "make install" in line
+    )
+
+
+def test_the_console_script_enters_through_the_floor_check() -> None:
+    project = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["assay"] == "assay.launch:main"

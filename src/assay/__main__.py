@@ -1,3 +1,3 @@
-from assay.cli import main
+from assay.launch import main
 
 main()
