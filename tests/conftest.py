@@ -45,9 +45,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def assay_home(tmp_path, monkeypatch) -> Path:
-    """Keep each test's response cache and settings in its own folder."""
+    """Keep each test's response cache and settings in its own folder, and its host lease
+    (``assay.runner.hostlease``): a sealed job of one test must not hold the machine against another's."""
     home = tmp_path / "assay-home"
     monkeypatch.setenv("ASSAY_HOME", str(home))
+    monkeypatch.setenv("ASSAY_HOST_LEASE", str(tmp_path / "host.lease"))
     return home
 
 
