@@ -240,6 +240,14 @@ def test_a_failed_model_is_retried_when_asked_or_dropped_and_every_action_says_w
     assert notice(page) == "Dropped broken from the board; its past checks stay in the list of runs."
     assert summary(page).startswith("0 models, 2 releases: 0 flagged, 0 pending.")
     assert len(client.get("/api/v1/dyepack/runs").json()["items"]) == 2  # no verdict lost
+    api = {"x-csrf-token": token}
+    added = client.post(
+        "/api/v1/dyepack/board/models", json={"name": "spare", "spec": form["model"]}, headers=api
+    )
+    gone = client.delete(f"/api/v1/dyepack/board/models/{added.json()['id']}", headers=api)
+    assert gone.status_code == 200 and gone.json()["name"] == "spare"  # the API face does the same
+    again = client.delete(f"/api/v1/dyepack/board/models/{added.json()['id']}", headers=api)
+    assert again.status_code == 400 and "no model with id" in again.json()["detail"]
     login(client, "vera")
     refused = client.post("/dyepack/board/models/1/drop", data={"csrf_token": csrf(client, "/")})
     assert refused.status_code == 403

@@ -724,6 +724,19 @@ def api_board_model(body: BoardModelIn, session: DbSession, user: Organiser) -> 
     return board.model_row(added)
 
 
+@api.delete(
+    "/board/models/{model_id}",
+    response_model=board.ModelRow,
+    responses={
+        **ERRORS,
+        400: {"model": Problem, "description": "no such model, or a check of it is under way"},
+    },
+    summary="Take a model off the board; its past checks stay as runs (organisers)",
+)
+def api_board_drop(session: DbSession, user: Organiser, model_id: Id) -> board.ModelRow:
+    return board.model_row(board.drop_model(session, model_id))
+
+
 router.include_router(pages)
 router.include_router(run_form)
 router.include_router(api)
