@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -33,7 +34,8 @@ from assay.leaderboard import submissions
 from assay.leaderboard.harness import run_models
 from assay.leaderboard.worker import work
 from assay.runner import LocalExecutor, Task, TaskResult, isolation
-from assay.runner.hostlease import host_lease
+from assay.runner.executors import _host_share
+from assay.runner.hostlease import HOST_RESOURCE, host_lease
 from assay.store import Job, open_store
 from fake_board import open_round
 
@@ -194,3 +196,14 @@ def test_a_sealed_job_holds_the_host_across_its_chunks(tmp_path: Path, split: st
     run_models(sessions, job_id, executor, chunk=2)
     chunks = ["map 2", "map 2"]
     assert executor.events == (["hold alone", *chunks, "release"] if held else chunks)
+
+
+def test_on_ray_a_sealed_task_takes_its_whole_node() -> None:
+    """Ray's half: a per-node custom resource every node offers once; a sealed task takes all of it, any
+    other a sliver, and a cluster that offers none refuses sealed tasks in one line (practice runs on)."""
+    assert _host_share(exclusive=True, offered=True) == {HOST_RESOURCE: 1.0}
+    assert _host_share(exclusive=False, offered=True) == {HOST_RESOURCE: 0.001}
+    assert _host_share(exclusive=False, offered=False) == {}
+    refusal = re.escape("""start every node with --resources='{"assay_host": 1}'""")
+    with pytest.raises(UserError, match=refusal):
+        _host_share(exclusive=True, offered=False)
