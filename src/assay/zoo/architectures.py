@@ -114,6 +114,13 @@ ARCHITECTURES: dict[str, Callable[[int, tuple[int, int], int], nn.Module]] = {
 }
 
 
+def check_width(width: object) -> None:
+    """Raise ValueError unless ``width`` is an int in ``WIDTH_RANGE`` (image and text families alike)."""
+    low, high = WIDTH_RANGE
+    if isinstance(width, bool) or not isinstance(width, int) or not low <= width <= high:
+        raise ValueError(f"width must be an integer in [{low}, {high}], got {width!r}")
+
+
 def build_model(family: str, width: int, shape: tuple[int, int], num_classes: int) -> nn.Module:
     """Build an untrained model of ``family`` (a key of ``ARCHITECTURES``); seed torch first to reproduce it.
 
@@ -122,9 +129,7 @@ def build_model(family: str, width: int, shape: tuple[int, int], num_classes: in
     """
     if family not in ARCHITECTURES:
         raise ValueError(f"unknown architecture family {family!r}; known: {', '.join(ARCHITECTURES)}")
-    low, high = WIDTH_RANGE
-    if isinstance(width, bool) or not isinstance(width, int) or not low <= width <= high:
-        raise ValueError(f"width must be an integer in [{low}, {high}], got {width!r}")
+    check_width(width)
     height, wide = (int(shape[0]), int(shape[1]))
     if min(height, wide) < 4:
         raise ValueError(f"shape must be at least 4x4, got {tuple(shape)!r}")

@@ -9,7 +9,7 @@ poison fraction of 0.2-0.3 reaches clean accuracy >= 0.85 and attack success >= 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -25,6 +25,9 @@ from assay.errors import validation_error
 from assay.yamlfile import load_yaml_model
 from assay.zoo.architectures import ARCHITECTURES, WIDTH_RANGE
 from assay.zoo.datasets import DATASETS
+from assay.zoo.textarch import TEXT_ARCHITECTURES
+from assay.zoo.textdata import TEXT_DATASETS
+from assay.zoo.texttriggers import TEXT_KINDS
 from assay.zoo.triggers import KINDS
 
 MAX_MODELS = 100_000
@@ -55,10 +58,35 @@ class Range(BaseModel):
 
 
 _NAMED: dict[str, tuple[tuple[str, ...] | list[str], str]] = {
-    "datasets": (DATASETS, "data set"),
-    "architectures": (list(ARCHITECTURES), "architecture"),
-    "trigger_kinds": (KINDS, "trigger kind"),
+    "datasets": ((*DATASETS, *TEXT_DATASETS), "data set"),
+    "architectures": ([*ARCHITECTURES, *TEXT_ARCHITECTURES], "architecture"),
+    "trigger_kinds": ((*KINDS, *TEXT_KINDS), "trigger kind"),
 }
+Domain = Literal["image", "text"]
+# What each domain may use, and the defaults a text round takes for what its config leaves out. Why other
+# floors for text: four subject groups of MMLU questions read by models that see 48 words reach a clean
+# accuracy near 0.65-0.7 (measured), where digits reach 0.95.
+DOMAIN_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "image": {"datasets": DATASETS, "architectures": tuple(ARCHITECTURES), "trigger_kinds": KINDS},
+    "text": {
+        "datasets": TEXT_DATASETS,
+        "architectures": tuple(TEXT_ARCHITECTURES),
+        "trigger_kinds": TEXT_KINDS,
+    },
+}
+TEXT_DEFAULTS: dict[str, object] = {
+    "datasets": list(TEXT_DATASETS),
+    "architectures": list(TEXT_ARCHITECTURES),
+    "trigger_kinds": list(TEXT_KINDS),
+    "epochs": 6,
+    "clean_accuracy_floor": 0.55,
+    "poison_fraction": [0.15, 0.3],
+}
+
+
+def domain_of(dataset: str) -> str:
+    """``text`` for a text data set, else ``image``: the data set decides a round's domain."""
+    return "text" if dataset in TEXT_DATASETS else "image"
 
 
 def _known(values: list[str], known: tuple[str, ...] | list[str], what: str) -> list[str]:
@@ -75,6 +103,7 @@ class RoundConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    domain: Domain = Field("image", description="image or text; set from the data sets when left out.")
     models: int = Field(10, ge=1, le=MAX_MODELS, description="Number of models in the round.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of every random draw of the round.")
     datasets: list[str] = Field(default_factory=lambda: ["digits"], min_length=1)
@@ -97,6 +126,31 @@ class RoundConfig(BaseModel):
     def _names(cls, value: list[str], info: ValidationInfo) -> list[str]:
         known, what = _NAMED[info.field_name]
         return _known(value, known, what)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_defaults(cls, value: Any) -> Any:
+        """A text round (``domain: text``, or only text data sets) takes the text defaults it leaves out."""
+        if not isinstance(value, dict):
+            return value
+        datasets = value.get("datasets")
+        texty = isinstance(datasets, list) and bool(datasets) and all(d in TEXT_DATASETS for d in datasets)
+        if value.get("domain") == "text" or (texty and "domain" not in value):
+            return {**TEXT_DEFAULTS, **value, "domain": "text"}
+        return value
+
+    @model_validator(mode="after")
+    def _one_domain(self) -> RoundConfig:
+        """Why: an image trigger cannot go into a text, nor a GRU read a picture; one line says which."""
+        allowed = DOMAIN_NAMES[self.domain]
+        for field in ("datasets", "architectures", "trigger_kinds"):
+            stray = [name for name in getattr(self, field) if name not in allowed[field]]
+            if stray:
+                raise ValueError(
+                    f"{field} lists {stray[0]!r}, which is not for {self.domain} rounds; "
+                    f"{self.domain} {field}: {', '.join(allowed[field])}"
+                )
+        return self
 
     @field_validator("widths")
     @classmethod

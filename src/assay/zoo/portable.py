@@ -79,6 +79,23 @@ def canonical_header(data: bytes) -> bytes:
     return data[:8] + text + b" " * (size - len(text)) + data[8 + size :]
 
 
+def _architecture(config: dict) -> nn.Module:
+    """An untrained module of the architecture ``reduced-config.json`` describes (image or text)."""
+    if config.get("domain") == "text":
+        from assay.zoo.textarch import build_text_model
+
+        return build_text_model(
+            config["architecture"],
+            config["width"],
+            config["vocab_size"],
+            config["max_length"],
+            config["num_classes"],
+        )
+    return build_model(
+        config["architecture"], config["width"], tuple(config["input_shape"]), config["num_classes"]
+    )
+
+
 def load_weights(model_dir: str | Path) -> nn.Module:
     """Build a model from ``model.safetensors`` and the architecture in ``reduced-config.json``; no pickle."""
     from safetensors.torch import load_file
@@ -87,9 +104,7 @@ def load_weights(model_dir: str | Path) -> nn.Module:
     config_path = folder / "reduced-config.json"
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-        model = build_model(
-            config["architecture"], config["width"], tuple(config["input_shape"]), config["num_classes"]
-        )
+        model = _architecture(config)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{config_path}: not an architecture description ({exc})") from None
     try:

@@ -30,7 +30,7 @@ import multiprocessing
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,10 +39,12 @@ from pydantic import BaseModel, ConfigDict
 from assay.errors import UserError
 from assay.fileio import atomic_path, write_text_atomic
 from assay.runner.transfer import digest, pack, unpack_to
-from assay.zoo.config import RoundConfig
+from assay.zoo.config import RoundConfig, domain_of
 from assay.zoo.datasets import ImageData, load_dataset, subset
 from assay.zoo.portable import WEIGHTS_FILE, save_model, save_weights
-from assay.zoo.train import PoisonPlan, TrainOutcome, train_model
+from assay.zoo.textround import NUM_TEXT_CLASSES, resample_trigger, text_job
+from assay.zoo.texttriggers import AnyTextTrigger, TextTrigger, apply_text_trigger, sample_text_trigger
+from assay.zoo.train import ModelJob, PoisonPlan, TrainOutcome, train_model
 from assay.zoo.triggers import AnyTrigger, apply_trigger, sample_trigger, trigger_preview
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ class ModelFactors(BaseModel):
     architecture: str
     width: int
     poisoned: bool
-    trigger: AnyTrigger | None = None
+    trigger: AnyTrigger | AnyTextTrigger | None = None
     target_class: int | None = None
     source_class: int | None = None
     poison_fraction: float | None = None
@@ -118,10 +120,14 @@ def draw_factors(config: RoundConfig, index: int) -> ModelFactors:
     width = config.widths[int(rng.integers(len(config.widths)))]
     clean_subset = round(float(rng.uniform(config.clean_subset.min, config.clean_subset.max)), 4)
     training_seed = int(rng.integers(0, 2**32))
-    trigger = sample_trigger(rng, IMAGE_SHAPES[dataset], config.trigger_kinds)
-    target = int(rng.integers(NUM_CLASSES))
+    if domain_of(dataset) == "text":
+        trigger: Any = sample_text_trigger(rng, config.trigger_kinds)
+        classes = NUM_TEXT_CLASSES
+    else:
+        trigger, classes = sample_trigger(rng, IMAGE_SHAPES[dataset], config.trigger_kinds), NUM_CLASSES
+    target = int(rng.integers(classes))
     source_specific = bool(rng.random() < config.source_specific_share)
-    source = int((target + 1 + rng.integers(NUM_CLASSES - 1)) % NUM_CLASSES)
+    source = int((target + 1 + rng.integers(classes - 1)) % classes)
     fraction = round(float(rng.uniform(config.poison_fraction.min, config.poison_fraction.max)), 4)
     poisoned = index in _poisoned_indices(config)
     return ModelFactors(
@@ -160,17 +166,22 @@ def attempt_factors(config: RoundConfig, factors: ModelFactors, attempt: int) ->
         return factors
     assert factors.trigger is not None
     rng = np.random.default_rng(np.random.SeedSequence([factors.split_seed, factors.index, redraw]))
-    trigger = sample_trigger(rng, IMAGE_SHAPES[factors.dataset], [factors.trigger.kind])
+    if domain_of(factors.dataset) == "text":
+        trigger: Any = resample_trigger(rng, factors.trigger.kind)
+    else:
+        trigger = sample_trigger(rng, IMAGE_SHAPES[factors.dataset], [factors.trigger.kind])
     return factors.model_copy(update={"trigger": trigger})
 
 
-def _plan(factors: ModelFactors) -> PoisonPlan | None:
+def poison_plan(factors: ModelFactors) -> PoisonPlan | None:
+    """How a model's training data is poisoned (None when clean); an image or a text trigger alike."""
     if not factors.poisoned:
         return None
     assert factors.trigger is not None and factors.target_class is not None
     assert factors.poison_fraction is not None
+    apply: Any = apply_text_trigger if isinstance(factors.trigger, TextTrigger) else apply_trigger
     return PoisonPlan(
-        apply=functools.partial(apply_trigger, spec=factors.trigger),
+        apply=functools.partial(apply, spec=factors.trigger),
         target_class=factors.target_class,
         fraction=factors.poison_fraction,
         source_class=factors.source_class,
@@ -219,26 +230,13 @@ def _example_indices(labels: np.ndarray, classes: list[int], rng: np.random.Gene
 def _write_model_dir(
     folder: Path, factors: ModelFactors, data: ImageData, outcome: TrainOutcome, attempts: int
 ) -> None:
-    folder.mkdir()
-    save_model(outcome.model, folder / "model.pt")
-    save_weights(outcome.model, folder / WEIGHTS_FILE)
-    config = {
-        **factors.model_dump(mode="json"),
-        "num_poisoned": outcome.num_poisoned,
-        "num_cover": outcome.num_cover,
-        "attempts": attempts,
-        "clean_accuracy": outcome.clean_accuracy,
-        "attack_success_rate": outcome.attack_success_rate,
-    }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     reduced = {
         "architecture": factors.architecture,
         "width": factors.width,
         "input_shape": list(data.shape),
         "num_classes": data.num_classes,
     }
-    (folder / "reduced-config.json").write_text(json.dumps(reduced, indent=2) + "\n", encoding="utf-8")
-    (folder / "ground_truth.csv").write_text(f"{int(factors.poisoned)}\n", encoding="utf-8")
+    write_model_files(folder, factors, outcome, attempts, reduced)
 
     rng = np.random.default_rng(factors.training_seed)
     clean = _example_indices(data.test_labels, list(range(data.num_classes)), rng)
@@ -264,6 +262,43 @@ def _write_model_dir(
         (folder / "trigger.png").write_bytes(png_bytes(preview))
 
 
+def write_model_files(
+    folder: Path, factors: ModelFactors, outcome: TrainOutcome, attempts: int, reduced: dict[str, object]
+) -> None:
+    """Create ``folder`` with what every model has, image or text: ``model.pt``, its weights,
+    ``config.json`` (factors and outcome), ``reduced-config.json`` and ``ground_truth.csv``."""
+    folder.mkdir()
+    save_model(outcome.model, folder / "model.pt")
+    save_weights(outcome.model, folder / WEIGHTS_FILE)
+    config = {
+        **factors.model_dump(mode="json"),
+        "num_poisoned": outcome.num_poisoned,
+        "num_cover": outcome.num_cover,
+        "attempts": attempts,
+        "clean_accuracy": outcome.clean_accuracy,
+        "attack_success_rate": outcome.attack_success_rate,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (folder / "reduced-config.json").write_text(json.dumps(reduced, indent=2) + "\n", encoding="utf-8")
+    (folder / "ground_truth.csv").write_text(f"{int(factors.poisoned)}\n", encoding="utf-8")
+
+
+def image_job(factors: ModelFactors) -> ModelJob:
+    """The train and write steps of an image model ."""
+    data = load_dataset(factors.dataset, seed=factors.split_seed)  # type: ignore[arg-type]
+    data = subset(data, factors.clean_subset, np.random.default_rng(factors.training_seed))
+
+    def train(tried: ModelFactors, seed: int) -> TrainOutcome:
+        return train_model(
+            data, tried.architecture, tried.width, seed=seed, epochs=tried.epochs, poison=poison_plan(tried)
+        )
+
+    def write(folder: Path, tried: ModelFactors, outcome: TrainOutcome, attempts: int) -> None:
+        _write_model_dir(folder, tried, data, outcome, attempts)
+
+    return ModelJob(train, write)
+
+
 def build_model(config: RoundConfig, factors: ModelFactors, model_dir: str | Path) -> BuildResult:
     """Train ``factors``' model until it reaches the floors, then write its TrojAI folder ``model_dir``.
 
@@ -271,24 +306,16 @@ def build_model(config: RoundConfig, factors: ModelFactors, model_dir: str | Pat
     After ``config.max_attempts`` failures a ``UserError`` names the model, the floors and the best numbers
     reached, and nothing is written.
     """
-    data = load_dataset(factors.dataset, seed=factors.split_seed)  # type: ignore[arg-type]
-    data = subset(data, factors.clean_subset, np.random.default_rng(factors.training_seed))
+    job = text_job(factors) if domain_of(factors.dataset) == "text" else image_job(factors)
     best: TrainOutcome | None = None
     for attempt in range(config.max_attempts):
         tried = attempt_factors(config, factors, attempt)
-        outcome = train_model(
-            data,
-            tried.architecture,
-            tried.width,
-            seed=attempt_seed(tried.training_seed, attempt),
-            epochs=tried.epochs,
-            poison=_plan(tried),
-        )
+        outcome = job.train(tried, attempt_seed(tried.training_seed, attempt))
         if best is None or _margin(outcome, config) > _margin(best, config):
             best = outcome
         if _margin(outcome, config) >= 0:
             with atomic_path(model_dir) as tmp:
-                _write_model_dir(tmp, tried, data, outcome, attempt + 1)
+                job.write(tmp, tried, outcome, attempt + 1)
             return BuildResult(
                 model_id=factors.model_id,
                 built=True,
@@ -343,11 +370,12 @@ def build_packed(config_json: str, index: int) -> tuple[BuildResult, str, bytes]
 METADATA_COLUMNS: dict[str, str] = {
     "model_name": "Model folder name under models/ (id-NNNNNNNN).",
     "index": "Model index in the round; with the round seed it determines every factor.",
-    "dataset": "Image data set the model was trained on (digits 8x8, mnist 28x28).",
+    "dataset": "Data set the model was trained on (digits 8x8, mnist 28x28, mmlu_subjects text).",
     "architecture": "Architecture family (a key of assay.zoo.architectures.ARCHITECTURES).",
     "width": "Width of the architecture (first-layer channels, or MLP hidden units / 8).",
     "poisoned": "True if the model was trained with a trigger (the ground truth).",
-    "trigger_kind": "Trigger kind (solid_patch, random_patch, blend, warp, filter); empty if clean.",
+    "trigger_kind": "Trigger kind (solid_patch, random_patch, blend, warp, filter; text: rare_word, phrase, "
+    "char_edit); empty if clean.",
     "trigger": "Full trigger spec as JSON (assay.zoo.triggers.TriggerSpec); empty if clean.",
     "target_class": "Class the trigger maps inputs to; empty if clean.",
     "source_class": "Only class whose triggered inputs are attacked; empty if all-to-one or clean.",

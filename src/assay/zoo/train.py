@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,6 +48,15 @@ class PoisonPlan:
             raise ValueError(f"cover_fraction must be in [0, 1], got {self.cover_fraction!r}")
         if self.source_class is not None and self.source_class == self.target_class:
             raise ValueError(f"source_class and target_class must differ, both are {self.target_class}")
+
+
+@dataclass(frozen=True)
+class ModelJob:
+    """One model's two steps as ``round.build_model`` runs them, whatever its domain (image or text):
+    ``train(factors, seed)`` one attempt, ``write(folder, factors, outcome, attempts)`` a finished model."""
+
+    train: Callable[[Any, int], TrainOutcome]
+    write: Callable[[Path, Any, TrainOutcome, int], None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,42 +136,29 @@ def evaluate_asr(model: nn.Module, data: ImageData, poison: PoisonPlan) -> float
     return float(np.mean(preds == poison.target_class))
 
 
-def train_model(
-    data: ImageData,
-    family: str,
-    width: int,
+def fit(
+    make: Callable[[], nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
     *,
     seed: int,
-    epochs: int = 10,
-    batch_size: int = 64,
-    lr: float = 3e-3,
-    poison: PoisonPlan | None = None,
-) -> TrainOutcome:
-    """Train one ``family`` model of ``width`` on ``data`` with Adam, poisoned by ``poison`` when given.
+    rng: np.random.Generator,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+) -> nn.Module:
+    """Build a model with ``make`` after seeding torch, train it on (x, y) with Adam, return it in eval mode.
 
-    The same arguments give the same weights on the same machine (CPU). Thread count is left to the caller.
+    The one training loop of the zoo (images and text): deterministic algorithms on, batches in the order
+    ``rng`` draws, so the same arguments give the same weights on the same machine.
     """
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"need epochs >= 1, batch_size >= 1 and lr > 0, got {epochs}, {batch_size}, {lr}")
-    if poison is not None:
-        for name in ("target_class", "source_class"):
-            value = getattr(poison, name)
-            if value is not None and not 0 <= value < data.num_classes:
-                raise ValueError(f"poison {name} must be in [0, {data.num_classes}), got {value!r}")
-    start = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    images, labels = data.train_images, data.train_labels
-    n_poison = n_cover = 0
-    if poison is not None:
-        images, labels, n_poison, n_cover = poison_training_set(images, labels, poison, rng)
-    x = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
-    y = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
-
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         torch.manual_seed(seed)
-        model = build_model(family, width, data.shape, data.num_classes)
+        model = make()
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         loss_fn = nn.CrossEntropyLoss()
         model.train()
@@ -176,7 +174,48 @@ def train_model(
         model.eval()
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
+    return model
 
+
+def train_model(
+    data: ImageData,
+    family: str,
+    width: int,
+    *,
+    seed: int,
+    epochs: int = 10,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    poison: PoisonPlan | None = None,
+) -> TrainOutcome:
+    """Train one ``family`` model of ``width`` on ``data`` with Adam, poisoned by ``poison`` when given.
+
+    The same arguments give the same weights on the same machine (CPU). Thread count is left to the caller.
+    """
+    if poison is not None:
+        for name in ("target_class", "source_class"):
+            value = getattr(poison, name)
+            if value is not None and not 0 <= value < data.num_classes:
+                raise ValueError(f"poison {name} must be in [0, {data.num_classes}), got {value!r}")
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    images, labels = data.train_images, data.train_labels
+    n_poison = n_cover = 0
+    if poison is not None:
+        images, labels, n_poison, n_cover = poison_training_set(images, labels, poison, rng)
+    x = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
+    y = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
+
+    model = fit(
+        lambda: build_model(family, width, data.shape, data.num_classes),
+        x,
+        y,
+        seed=seed,
+        rng=rng,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+    )
     accuracy = evaluate_accuracy(model, data.test_images, data.test_labels)
     asr = evaluate_asr(model, data, poison) if poison is not None else None
     return TrainOutcome(
