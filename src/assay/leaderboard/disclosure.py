@@ -111,7 +111,8 @@ def disclosed_metrics(
 
 
 def public_metrics(metrics: dict[str, float | None], sealed: bool) -> dict[str, float | None]:
-    """What a non-organiser sees of a job's overall metrics: the disclosed ones alone while sealed."""
+    """A standings row's overall metrics: the disclosed ones alone while sealed, else the exact ones alone
+    (the organiser's rows too), so a row carries one kind of score."""
     if not sealed:
         return {name: value for name, value in metrics.items() if not name.startswith(PREFIX)}
     return {name: value for name, value in metrics.items() if name.startswith(PREFIX)}

@@ -118,7 +118,10 @@ def standings(
     published on the round's clock (``sealing.phase`` at ``now``), never when the job happens to finish.
     On a sealed split (the test split of an open round) each row then carries only its disclosed score (no
     flag count, timing out shown as done), and rows are ranked, and each team's best chosen, by it alone,
-    so neither the order nor the choice says more than the shown numbers.
+    so neither the order nor the choice says more than the shown numbers. Everyone else (organisers, any
+    split once the labels are out) gets the exact scores alone: a row carries one kind of score, so every
+    face renders the table its rows are (issue 47: the organiser's rows once carried both, and got the
+    sealed table with no words in it).
     """
     round_ = get_round(session, round_name)
     sealed = public and is_sealed(round_, split_name)
@@ -143,7 +146,7 @@ def standings(
             technique=job.submission.technique,
             submitted_at=job.submission.submitted_at,
             status=shown_status(job.status) if sealed else job.status,
-            metrics=public_metrics(overall[job.id], sealed) if public else overall[job.id],
+            metrics=public_metrics(overall[job.id], sealed),
             flagged_models=None if sealed else flagged.get(job.id, 0),
         )
         for job in jobs
