@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
+from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from assay.leaderboard import rounds
@@ -61,3 +62,31 @@ def test_the_organiser_reads_exact_test_scores_on_the_command_line(app: FastAPI)
     result = CliRunner().invoke(leaderboard_cli, ["show", "r1"], terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "(shown)" not in result.output and f"{exact_ce(app):.4f}" in result.output
+
+
+def test_public_rows_carry_no_submission_number(app: FastAPI) -> None:
+    """Item 8: submission numbers count every round's submissions, so a row carries its number only for a
+    viewer who may open it (its team, the organisers); a visitor's and an outsider's rows have none."""
+    scored(app.state.sessions, "alpha", "test", dict.fromkeys(ANSWERS, 0.5), ago_h=3)
+    with app.state.sessions.begin() as session:
+        rounds.set_public(session, "r1", True)
+    path = "/api/v1/leaderboard/rounds/r1/standings?all=true"
+    visitor = TestClient(app).get(path).json()["rows"]
+    with app.state.sessions.begin() as session:
+        accounts.create_user(session, "vic", PASSWORD, ["viewer"])
+    outsider = signed_in(app, "vic").get(path).json()["rows"]
+    own = signed_in(app, "tom").get(path).json()["rows"]
+    assert len(visitor) == 2 and all("submission_id" not in row for row in visitor + outsider)
+    assert all(isinstance(row["submission_id"], int) for row in own)
+    assert set(visitor[0]) == {
+        "rank", "team", "technique", "submitted_at", "status", "metrics", "flagged_models", "tied_with",
+        "summary",
+    }  # fmt: skip
+
+
+def test_the_public_export_carries_no_submission_number(app: FastAPI, tmp_path: Path) -> None:
+    """Item 8: ``assay leaderboard export`` writes the standings as anyone may see them: no numbers."""
+    result = CliRunner().invoke(leaderboard_cli, ["export", "r1", "--out", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "site" / "test-all.csv").read_text().startswith("rank,team,technique,")
+    assert "submission_id" not in (tmp_path / "site" / "test-all.json").read_text()

@@ -614,6 +614,7 @@ def export(
         for split in splits:
             for best, suffix in ((True, "best"), (False, "all")):
                 rows = publish.standings(session, round_name, split, best_per_team=best, public=True)
+                rows = views.numbered_for(views.Viewer.anonymous(), rows)
                 files[f"{split}-{suffix}.csv"] = publish.to_csv(rows)
                 files[f"{split}-{suffix}.json"] = publish.to_json(rows)
         files["index.html"] = publish.to_html(session, round_name, public=True)

@@ -17,9 +17,10 @@ import html
 import io
 import json
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
@@ -65,7 +66,9 @@ class Standing(BaseModel):
 
     rank: int = 0
     team: str
-    submission_id: int
+    # None (and left out of the row's JSON) for a viewer who may not open it: the numbers count every
+    # round's submissions, so a visitor would learn of rounds they cannot see (issue 47, item 8)
+    submission_id: int | None = None
     technique: str
     submitted_at: datetime
     status: str
@@ -73,6 +76,18 @@ class Standing(BaseModel):
     flagged_models: int | None  # None on a sealed split's public rows: flags wait for the close
     tied_with: list[str] = []  # teams whose rows share this rank (their scores cannot be told apart)
     summary: str = ""  # a sealed row in plain words (``disclosure.in_words``), the same on every face
+
+    @model_serializer(mode="wrap")
+    def _drop_unnumbered(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A row its viewer may not open says nothing of its submission's number, not even ``null``."""
+        data = handler(self)
+        if data.get("submission_id", 0) is None:
+            del data["submission_id"]
+        return data
+
+    def unnumbered(self) -> Standing:
+        """This row without its submission number, for a viewer who may not open it."""
+        return self.model_copy(update={"submission_id": None})
 
 
 def rank_rows(rows: list[Standing], metric: str, sealed: bool) -> list[Standing]:
@@ -260,16 +275,18 @@ def roc_points(session: Session, submission_id: int) -> tuple[list[float], list[
 
 
 def to_csv(rows: list[Standing]) -> str:
-    """Standings as CSV, one column per headline metric."""
+    """Standings as CSV, one column per headline metric; the submission numbers only where the rows carry
+    them (never in a public export: ``Standing.submission_id``)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     columns = _columns(rows)
-    writer.writerow(["rank", "team", "submission_id", "technique", "submitted_at", "status", *columns])
+    numbered = any(r.submission_id is not None for r in rows)
+    ids = ["submission_id"] if numbered else []
+    writer.writerow(["rank", "team", *ids, "technique", "submitted_at", "status", *columns])
     for r in rows:
         values = [r.metrics.get(m) for m in columns]
-        writer.writerow(
-            [r.rank, r.team, r.submission_id, r.technique, r.submitted_at.isoformat(), r.status, *values]
-        )
+        number = [r.submission_id] if numbered else []
+        writer.writerow([r.rank, r.team, *number, r.technique, r.submitted_at.isoformat(), r.status, *values])
     return out.getvalue()
 
 

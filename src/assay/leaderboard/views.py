@@ -148,6 +148,12 @@ def may_open(viewer: Viewer, row: Standing) -> bool:
     return is_organiser(viewer) or (team is not None and row.team == team)
 
 
+def numbered_for(viewer: Viewer, rows: list[Standing]) -> list[Standing]:
+    """``rows`` as ``viewer`` gets them: a row carries its submission's number only where the viewer may
+    open it, since the numbers count every round's submissions (issue 47, item 8)."""
+    return [row if may_open(viewer, row) else row.unnumbered() for row in rows]
+
+
 def submitting_team(viewer: Viewer) -> str:
     """The team an upload is made for; ``NotAllowed`` for anyone who belongs to none."""
     team = team_of(viewer)
@@ -375,6 +381,7 @@ def standings_view(
     rows = publish.standings(
         session, round_.name, split, best_per_team=best, public=not is_organiser(viewer), now=now
     )
+    rows = numbered_for(viewer, rows)
     return StandingsOut(round=round_.name, split=split, metric=round_.metric, best_per_team=best, rows=rows)
 
 
@@ -690,12 +697,13 @@ def round_board(session: Session, viewer: Viewer, name: str, now: datetime | Non
         if holdout_hidden(viewer, round_)
         else publish.standings(session, round_.name, "holdout", public=public, now=now)
     )
+    best = publish.best_of(every, round_.metric, public and is_sealed(round_, "test"))
     return RoundBoard(
         round=round_out(round_),
         team=team,
-        best=publish.best_of(every, round_.metric, public and is_sealed(round_, "test")),
-        every=every,
-        holdout=holdout,
+        best=numbered_for(viewer, best),
+        every=numbered_for(viewer, every),
+        holdout=None if holdout is None else numbered_for(viewer, holdout),
         linkable={r.submission_id for r in every + (holdout or []) if may_open(viewer, r)},
         trend=publish.progress(session, round_.name, public=public, every=every),
         own=team_submissions(session, viewer, round_, now),
