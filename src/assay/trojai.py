@@ -23,6 +23,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -341,6 +342,37 @@ def read_examples(examples_dirpath: str | Path) -> tuple[np.ndarray, np.ndarray]
     if not images:
         raise UserError(f"{table}: lists no examples")
     return np.stack(images), np.asarray(labels, dtype=np.int64)
+
+
+TEXT_EXAMPLE_NAME = re.compile(r"class_(\d+)_example_(\d+)\.txt")
+
+
+def read_text_examples(examples_dirpath: str | Path) -> tuple[list[str], np.ndarray]:
+    """Read a text examples folder: NIST's NLP names (``class_C_example_K.txt``, the class in the name) in
+    class then example order, or ours (``labels.csv`` naming each ``.txt`` file), which wins when present.
+
+    Returns the texts (stripped of the final newline) and int64 labels; a missing or unreadable file is a
+    ``UserError`` naming the file (and the line of ``labels.csv``)."""
+    folder = Path(examples_dirpath)
+    table = folder / "labels.csv"
+    if table.is_file():
+        found = [(label, content) for _, _, label, content in labelled_images(table, _read_text)]
+    else:
+        named = (
+            [(TEXT_EXAMPLE_NAME.fullmatch(p.name), p) for p in folder.iterdir()] if folder.is_dir() else []
+        )
+        ordered = sorted((int(m[1]), int(m[2]), p) for m, p in named if m)
+        found = [(label, _read_text(path)) for label, _, path in ordered]
+    if not found:
+        raise UserError(f"{folder}: holds no example texts (class_C_example_K.txt, or labels.csv)")
+    return [text for _, text in found], np.asarray([label for label, _ in found], dtype=np.int64)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").rstrip("\n")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def labelled_images(table: Path, read: Callable[[Path], T]) -> Iterator[tuple[int, str, int, T]]:

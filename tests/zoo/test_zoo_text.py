@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,13 +15,21 @@ import pytest
 import torch
 
 from assay.errors import UserError
+from assay.leaderboard import rounds, submissions, views
+from assay.leaderboard.scoring import read_truth
+from assay.leaderboard.worker import work
+from assay.runner import LocalExecutor
+from assay.store import Job, open_store
+from assay.trojai import read_text_examples
 from assay.zoo.config import RoundConfig, load_round_config
+from assay.zoo.nist import export_round, import_round
 from assay.zoo.portable import load_weights
 from assay.zoo.round import draw_factors, generate_round
 from assay.zoo.split import split_round
 from assay.zoo.textdata import Tokenizer, build_tokenizer
 from assay.zoo.texttriggers import TEXT_KINDS, CharEdit, Phrase, RareWord, apply_text_trigger
 
+PROJECT = Path(__file__).resolve().parents[2]
 TINY = {
     "domain": "text",
     "models": 6,
@@ -75,6 +87,24 @@ def test_tokenizer_pads_and_hashes_unknown_words() -> None:
     assert Tokenizer(tokenizer.vocab, 5, 48).encode(["flummox"])[0, 0] == tokenizer.token_id("flummox")
 
 
+def test_read_text_examples_in_nist_names_or_labels_csv(tmp_path: Path) -> None:
+    for name, text in [
+        ("class_1_example_2.txt", "b"),
+        ("class_1_example_10.txt", "c"),
+        ("class_0_example_1.txt", "a"),
+    ]:
+        (tmp_path / name).write_text(text + "\n", encoding="utf-8")
+    texts, labels = read_text_examples(tmp_path)
+    assert texts == ["a", "b", "c"] and labels.tolist() == [0, 1, 1]
+    (tmp_path / "labels.csv").write_text(
+        "file,label\nclass_0_example_1.txt,3\nmissing.txt,1\n", encoding="utf-8"
+    )
+    with pytest.raises(UserError, match=r"labels.csv:3: field 'file'"):
+        read_text_examples(tmp_path)
+    with pytest.raises(UserError, match="holds no example texts"):
+        read_text_examples(tmp_path / "nothing")
+
+
 @pytest.fixture(scope="module")
 def text_round(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.set_num_threads(1)
@@ -124,3 +154,84 @@ def test_text_round_resumes_and_splits(text_round: Path, tmp_path: Path) -> None
     models = sorted((tmp_path / "splits" / "test-sequestered" / "models").iterdir())
     assert models and all((m / "reduced-config.json").is_file() for m in models)
     assert not any((m / "trigger.txt").exists() or (m / "config.json").exists() for m in models)
+
+
+def _configure_text_meta(train: Path, folder: Path) -> Path:
+    """The text_meta detector copied to ``folder`` with parameters learned on ``train`` (its configure)."""
+    shutil.copytree(PROJECT / "detectors" / "text_meta", folder)
+    options = {
+        "scratch_dirpath": folder.parent / "scratch",
+        "configure_models_dirpath": train,
+        "metaparameters_filepath": folder / "metaparameters.json",
+        "schema_filepath": folder / "metaparameters_schema.json",
+        "learned_parameters_dirpath": folder / "learned_parameters",
+    }
+    argv = [sys.executable, str(folder / "entrypoint.py"), "configure"]
+    argv += [part for name, path in options.items() for part in (f"--{name}", str(path))]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+@pytest.mark.slow
+def test_text_round_scored_end_to_end_through_nist_layout(
+    text_round: Path, tmp_path: Path, monkeypatch
+) -> None:
+    splits = tmp_path / "splits"
+    split_round(text_round, {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=1, out_dir=splits)
+    export_round(splits, tmp_path / "nist")
+    exported = next((tmp_path / "nist" / "models").iterdir())
+    assert (
+        sorted(p.name for p in (exported / "clean-example-data").glob("class_*.txt"))[0]
+        == "class_0_example_1.txt"
+    )
+    with (tmp_path / "nist" / "METADATA.csv").open(encoding="utf-8") as handle:
+        nist_rows = list(csv.DictReader(handle))
+    assert {"model_architecture", "source_dataset", "trigger_type", "trigger_text", "data_split"} <= set(
+        nist_rows[0]
+    )
+    assert all(bool(r["trigger_text"]) == (r["poisoned"] == "True") for r in nist_rows)
+    import_round(tmp_path / "nist", tmp_path / "back")
+    before = json.loads((splits / "split.json").read_text())
+    assert json.loads((tmp_path / "back" / "split.json").read_text())["assignment"] == before["assignment"]
+    for split in ("train", "test", "holdout"):
+        for model in (splits / split / "models").iterdir():
+            twin = tmp_path / "back" / split / "models" / model.name
+            for name in (
+                "model.pt",
+                "model.safetensors",
+                "ground_truth.csv",
+                "clean-example-data/labels.csv",
+            ):
+                assert (twin / name).read_bytes() == (model / name).read_bytes()
+
+    detector = _configure_text_meta(tmp_path / "back" / "train", tmp_path / "text_meta")
+    url = f"sqlite:///{tmp_path / 'lb.db'}"
+    monkeypatch.setenv("ASSAY_DB_URL", url)
+    sessions = open_store(url)
+    with sessions.begin() as session:
+        rounds.create_round(session, "text", tmp_path / "back", per_model_timeout_s=120)
+        rounds.set_status(session, "text", "open")
+        for team, artifact in (("constant", PROJECT / "detectors" / "constant"), ("text", detector)):
+            rounds.add_team(session, team)
+            made = submissions.submit(session, tmp_path / "artifacts", team, "text", "test", artifact)
+            assert made.status == "queued", made.validation_errors
+    assert work(sessions, LocalExecutor(1), once=True) == 2
+    truth = read_truth(tmp_path / "back" / "test")
+    with sessions() as session:
+        for job in session.query(Job).all():
+            assert job.status == "done", job.log
+            assert sorted(r.model_name for r in job.results) == sorted(truth)
+            assert all(r.flags == "" and 0.0 < r.value < 1.0 for r in job.results), [
+                r.stderr for r in job.results
+            ]
+        board = views.standings_view(session, views.Viewer.organiser(), "text", "test")
+    assert sorted(row.technique for row in board.rows) == ["constant", "text_meta"]
+    constant = next(row for row in board.rows if row.technique == "constant")
+    assert constant.metrics["cross_entropy"] == pytest.approx(0.6931, abs=1e-3)

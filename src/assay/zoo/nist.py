@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from assay.errors import UserError, field_error, input_error
 from assay.fileio import atomic_path
-from assay.trojai import example_files, labelled_images, read_json
+from assay.trojai import TEXT_EXAMPLE_NAME, example_files, labelled_images, read_json
 from assay.zoo.split import (
     SPLITS,
     TRUTH_COLUMNS,
@@ -73,6 +73,7 @@ NIST_NAMES = {
 EXTRA_DESCRIPTIONS = {
     "data_split": "The split the model belongs to: train, test or holdout.",
     "number_classes": "Number of classes the model predicts.",
+    "trigger_text": "The words a text trigger inserts (text rounds); empty if clean or an image trigger.",
 }
 JPEG_SETTINGS = {"quality": 100, "subsampling": 0}  # a gray image survives as RGB JPEG to within 1/255
 
@@ -172,7 +173,7 @@ def _check_examples(folder: Path) -> None:
     """A clean-example-data folder in either layout, every NIST label readable and every image openable."""
     from PIL import Image
 
-    if (folder / "labels.csv").is_file():
+    if (folder / "labels.csv").is_file() or text_examples(folder):
         return
     pairs = example_files(folder)  # raises for a missing or bad .json label
     if not pairs:
@@ -183,6 +184,13 @@ def _check_examples(folder: Path) -> None:
                 pass
         except OSError:
             raise UserError(f"{path}: not a readable image") from None
+
+
+def text_examples(folder: Path) -> list[Path]:
+    """The example texts of a folder in NIST's NLP layout (``class_C_example_K.txt``); [] for images."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if TEXT_EXAMPLE_NAME.fullmatch(p.name) and p.is_file())
 
 
 def _check_model(where: str, name: str, folder: Path) -> None:
@@ -440,7 +448,22 @@ def nist_row(model: OurModel) -> dict[str, str]:
     classes = _reduced(model.folder).get("num_classes")
     if classes is not None:
         row.setdefault("number_classes", str(classes))
+    text = _trigger_text(model.row.get("trigger") or "")
+    if text is not None:
+        row.setdefault("trigger_text", text)
     return row
+
+
+def _trigger_text(spec: str) -> str | None:
+    """NIST's ``trigger_text`` of a text trigger's JSON spec (None for an image trigger or none)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from assay.zoo.texttriggers import AnyTextTrigger
+
+    try:
+        return TypeAdapter(AnyTextTrigger).validate_json(spec).text
+    except ValidationError:
+        return None
 
 
 def _nist_config(config: dict[str, object], row: dict[str, str]) -> dict[str, object]:
@@ -471,6 +494,9 @@ def _export_examples(source: Path, target: Path) -> int:
     """Our ``labels.csv`` + PNGs as NIST's ``N.jpg`` + ``N.json``; a folder already in NIST's layout is
     copied as it is. Returns the number of images written."""
     table = source / "labels.csv"
+    if text_examples(source):  # NIST's NLP names already (class_C_example_K.txt); labels.csv rides along
+        shutil.copytree(source, target, copy_function=link_or_copy)
+        return len(text_examples(target))
     if not table.is_file():
         shutil.copytree(source, target, copy_function=link_or_copy)
         return len(example_files(target))
