@@ -21,7 +21,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from assay.leaderboard.disclosure import disclosed_metrics
 from assay.leaderboard.rounds import split_models
 from assay.leaderboard.scoring import DEFAULT_PREDICTION, read_metadata, read_truth, score
-from assay.leaderboard.submissions import stored_image
+from assay.leaderboard.submissions import checked_artifact
 from assay.runner import Executor, Limits, Task, TaskResult, isolation_available
+from assay.runner.container import JOB_LABEL, owner_labels, remove_labelled
 from assay.runner.isolation import host_view
 from assay.store.models import Job, MetricResult, ModelResult, as_utc, utcnow
 
@@ -182,6 +183,10 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
         )
         return {
             "artifact": Path(job.submission.artifact_path),
+            "kind": job.submission.kind,
+            "worker": job.worker or "",
+            "attempts": job.attempts,
+            "sha256": job.submission.artifact_sha256,
             "models_path": Path(split.models_path),
             "truth_path": Path(split.truth_path),
             "models": split_models(split),
@@ -290,7 +295,11 @@ def run_models(
     random.SystemRandom().shuffle(todo)  # from a secret the team never sees: the order names no model
     fields = {"deadline": context["deadline"], "require_isolation": _sealing(context, sessions, job_id)}
     fields["exclusive"] = context["split"] in SEALED_SPLITS  # the host alone while it runs (issue 44)
-    fields["image"] = stored_image(context["artifact"])  # a container submission runs in its own image
+    # the record says how it runs; stored files unlike the record are the platform's fault (ArtifactFault)
+    fields["image"] = checked_artifact(context["kind"], context["artifact"], context["sha256"])
+    fields["labels"] = owner_labels(job_id, context["worker"])
+    if context["attempts"] > 1:  # run before: a dead worker's containers may still be running it
+        _clear_leftovers(sessions, job_id)
     tasks = [
         detector_task(
             context["artifact"],
@@ -323,7 +332,10 @@ def run_models(
     # and times them (the local executor's host lease; Ray's is per task). A practice job leases chunk by
     # chunk, so a sealed job waits at most for one chunk.
     holding = getattr(executor, "holding", None) if fields["exclusive"] else None
-    with holding(True) if holding is not None else contextlib.nullcontext():
+    with (
+        _leaving_nothing(fields["labels"]),
+        holding(True) if holding is not None else contextlib.nullcontext(),
+    ):
         for i in range(0, len(tasks), chunk):
             if time.time() >= context["deadline"]:
                 reached = True
@@ -332,6 +344,25 @@ def run_models(
     if reached:
         _note(sessions, job_id, f"total time limit of {context['total_timeout_s']:g} s reached")
     return not reached
+
+
+def _clear_leftovers(sessions: sessionmaker[Session], job_id: int) -> None:
+    """Remove this host's containers of an earlier run of the job (a worker killed with SIGKILL, or one
+    whose heartbeat went stale, left them under conmon) before it runs again: never two runs of one job."""
+    removed = remove_labelled({JOB_LABEL: str(job_id)})
+    if removed:
+        _note(sessions, job_id, f"removed {removed} container(s) left running by an earlier run of this job")
+
+
+@contextlib.contextmanager
+def _leaving_nothing(labels: dict[str, str]) -> Iterator[None]:
+    """Models run inside; should they stop early (the worker stopped, a fault), every container this run
+    of the job started on this host goes too, whatever state its podman client was left in."""
+    try:
+        yield
+    except BaseException:
+        remove_labelled(labels)
+        raise
 
 
 def score_job(sessions: sessionmaker[Session], job_id: int) -> None:

@@ -2,9 +2,10 @@
 
 A job needs what its round and submission need: bubblewrap for every test and holdout job, and for practice
 jobs unless the round allows unisolated runs; podman for a container-image submission (unsquashfs and
-bubblewrap for a ``.sif``); its split's folders, readable; for a GPU round, that many usable NVIDIA GPUs
-(``gpu_problem``: the device nodes, the driver's libraries, ``nvidia-smi -L`` where it exists), so a worker
-without them still serves CPU rounds and names, once per GPU round, what it lacks. Every worker needs the
+bubblewrap for a ``.sif``; the kind as its record says, ``Submission.kind``); its split's folders,
+readable; for a GPU round, that many usable NVIDIA GPUs (``gpu_problem``: the device nodes, the driver's
+libraries, ``nvidia-smi -L`` where it exists), so a worker without them still serves CPU rounds and
+names, once per GPU round, what it lacks. Every worker needs the
 database and free disk in ``ASSAY_HOME`` and the temp dir. Open rounds count too: their test jobs will need
 bubblewrap, their folders and their GPUs, so a worker without them says so before the first submission
 arrives.
@@ -33,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.config import settings
 from assay.leaderboard.harness import needs_bwrap
-from assay.leaderboard.submissions import stored_image
+from assay.leaderboard.submissions import recorded_image
 from assay.runner import gpu, isolation
 from assay.runner.container import podman_missing, sif_missing
 from assay.store.enums import RoundStatus
@@ -144,7 +145,15 @@ class Readiness:
 
 def _job_needs(session: Session, claimable: Any) -> list[Need]:
     rows = session.execute(
-        select(Job.id, Round.name, Round.allow_unisolated, Round.gpus, Split, Submission.artifact_path)
+        select(
+            Job.id,
+            Round.name,
+            Round.allow_unisolated,
+            Round.gpus,
+            Split,
+            Submission.artifact_path,
+            Submission.kind,
+        )
         .join(Submission, Job.submission_id == Submission.id)
         .join(Split, Submission.split_id == Split.id)
         .join(Round, Split.round_id == Round.id)
@@ -158,11 +167,11 @@ def _job_needs(session: Session, claimable: Any) -> list[Need]:
             name,
             split.name,
             needs_bwrap(split.name, allow_unisolated),
-            stored_image(Path(artifact)) if artifact else None,
+            recorded_image(kind, Path(artifact)) if artifact else None,
             (split.models_path, split.truth_path),
             gpus,
         )
-        for job_id, name, allow_unisolated, gpus, split, artifact in rows
+        for job_id, name, allow_unisolated, gpus, split, artifact, kind in rows
     ]
 
 

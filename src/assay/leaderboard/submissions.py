@@ -28,6 +28,7 @@ artifacts are released after each train or smoke submission (``assay.leaderboard
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -63,6 +64,8 @@ CONTAINER_SUFFIXES = (".sif", ".simg")
 IMAGE_ARCHIVE = "image.tar"  # a stored container artifact: the archive as submitted
 SIF_IMAGE = "image.sif"
 IMAGE_FILES = ("metaparameters.json", "metaparameters_schema.json")  # at the image's root, as NIST has them
+IMAGE_KINDS = {"image": IMAGE_ARCHIVE, "sif": SIF_IMAGE}  # Submission.kind -> the file stored for it
+KIND_FILES = {**IMAGE_KINDS, "folder": "entrypoint.py", "archive": "entrypoint.py"}  # what each kind runs
 JUNK = frozenset({"__pycache__", "__MACOSX"})  # folders dropped on unpacking
 
 
@@ -178,8 +181,70 @@ def _take_image(artifact: Path, dest: Path, check: Callable[[int], None], name: 
     return dest
 
 
+def artifact_kind(artifact: Path | str) -> str:
+    """What a team sent, as its submission records it (``Submission.kind``): ``folder``, ``archive`` (a
+    detector folder in a .tar(.gz) or .zip), ``image`` (an image archive, or ``podman:REF`` exported to
+    one) or ``sif``; the one reading of a form that ``unpack`` also dispatches on. "" when it is none."""
+    path = Path(artifact)
+    if str(artifact).startswith(PODMAN_PREFIX) and not path.exists():
+        return "image"
+    if path.suffix in CONTAINER_SUFFIXES:
+        return "sif"
+    if path.is_file() and archive_format(path) is not None:
+        return "image"
+    if path.is_dir():
+        return "folder"
+    if path.is_file() and (zipfile.is_zipfile(path) or tarfile.is_tarfile(path)):
+        return "archive"
+    return ""
+
+
+class ArtifactFault(Exception):
+    """A stored artifact is not what its submission's record says (a file its kind needs is missing, or
+    the files' digest differs): the platform's storage failed, not the team, so the worker requeues the
+    job and never runs or scores it (``worker.is_platform_fault``)."""
+
+
+def recorded_image(kind: str, artifact: Path) -> str | None:
+    """The container image a submission of ``kind`` runs in (``Task.image``), None for a folder detector:
+    from the record alone, no file looked at (the worker's pre-flight). A row from before the kind was
+    recorded ("") is read from its files."""
+    if kind in IMAGE_KINDS:
+        return str(artifact / IMAGE_KINDS[kind])
+    return stored_image(artifact) if kind == "" else None
+
+
+def checked_artifact(kind: str, artifact: Path, sha: str) -> str | None:
+    """``recorded_image`` once the stored files are what the submission's record says: the file its kind
+    runs (``image.tar``, ``image.sif``, ``entrypoint.py``) is there and the digest over every file is
+    ``sha``. Otherwise an ``ArtifactFault`` naming what differs: a missing ``image.tar`` once ran as an
+    empty folder detector and scored 0.5 for every model (issue 49)."""
+    needed = artifact / KIND_FILES.get(kind, "entrypoint.py") if kind else artifact
+    if not needed.exists():
+        raise ArtifactFault(f"the stored artifact's {needed} is missing (its record says {kind or 'folder'})")
+    if _stored_digest(artifact) != sha:
+        raise ArtifactFault(
+            f"the stored artifact {artifact} does not match its record (sha256 {sha[:12]}...)"
+        )
+    return recorded_image(kind, artifact)
+
+
+def _stored_digest(artifact: Path) -> str:
+    """``digest`` of a stored artifact, remembered while no file's size, time or inode changes: an image of
+    several GiB is hashed once per worker, not once per job."""
+    files = sorted(p for p in artifact.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    stamps = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino) for p in files)
+    return _digest_of(artifact, stamps)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_of(artifact: Path, stamps: tuple) -> str:
+    return digest(artifact)
+
+
 def stored_image(artifact: Path) -> str | None:
-    """The container image of a stored artifact (for ``assay.runner``'s ``Task.image``), None for a folder."""
+    """The container image of unpacked files (for ``validate`` at submission, and rows from before the
+    kind was recorded), None for a folder."""
     if (artifact / "entrypoint.py").exists():
         return None
     for name in (IMAGE_ARCHIVE, SIF_IMAGE):
@@ -419,16 +484,18 @@ def submit(
             ref = str(artifact).removeprefix(PODMAN_PREFIX)
             artifact = Path(scratch) / IMAGE_ARCHIVE
             save_local(ref, artifact, round_.image_bytes)
+        kind = artifact_kind(artifact)  # the record says how it runs; the stored files never decide
         try:
             check = _quota_check(session, team, round_)
             root = unpack(artifact, Path(scratch) / "artifact", check, image_limit=round_.image_bytes)
         except Refused as exc:
-            return _record(session, Submission(team=team, split=split, artifact_sha256=""), now, [str(exc)])
+            refused = Submission(team=team, split=split, artifact_sha256="", kind=kind)
+            return _record(session, refused, now, [str(exc)])
         sha, size = digest(root), storage.tree_bytes(root)
         errors, technique, warnings = validate(root, round_.image_bytes)
         errors = errors or _admission_errors(session, team, round_, split, sha, size, now)
         made = Submission(
-            team=team, split=split, artifact_sha256=sha, artifact_bytes=size, technique=technique
+            team=team, split=split, artifact_sha256=sha, artifact_bytes=size, technique=technique, kind=kind
         )
         if errors:
             return _record(session, made, now, errors)
@@ -484,6 +551,7 @@ def close_round(session: Session, round_name: str) -> list[Submission]:
             artifact_path=best.artifact_path,
             artifact_sha256=best.artifact_sha256,
             artifact_bytes=best.artifact_bytes,
+            kind=best.kind,
             technique=best.technique,
             status=SubmissionStatus.QUEUED,
         )

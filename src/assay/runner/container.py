@@ -103,6 +103,7 @@ from assay.runner.workspace import (
 )
 
 PODMAN_PREFIX = "podman:"
+JOB_LABEL, WORKER_LABEL = "assay.job", "assay.worker"  # on each detector container (``owner_labels``)
 ARCHIVE_PREFIXES = (f"{DOCKER_ARCHIVE}:", f"{OCI_ARCHIVE}:")
 SIF_SUFFIXES = (".sif", ".simg")
 RUNTIME = "runc"  # crun fails on cgroups v1 hybrid hosts ("cgroups in hybrid mode not supported")
@@ -480,6 +481,8 @@ def podman_command(
     if limits.memory_bytes is not None:
         argv += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
     argv += ["--log-driver", "passthrough", "--timeout", str(math.ceil(wall) + _BACKSTOP_S)]
+    for label, value in sorted(task.labels.items()):  # its job and worker: who removes it (remove_labelled)
+        argv += ["--label", f"{label}={value}"]
     argv += podman_flags(limits.memory_bytes)  # no host-wide /proc counter: no channel between runs
     size = limits.scratch_bytes
     if space.bounded:  # one tmpfs of ``size`` holds them all
@@ -526,6 +529,41 @@ def _remove(spec: ImageSpec, name: str) -> None:
     killing the podman client leaves the container running under conmon."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         _call([*_podman(spec), "rm", "--force", "--ignore", "--time", "0", name], timeout=60)
+
+
+def owner_labels(job: int, worker: str) -> dict[str, str]:
+    """The labels of a job's containers (``Task.labels``): which job, and which worker (``host:pid``) ran
+    them, so the worker removes its own when stopped and the next one a dead one's before it reruns the
+    job."""
+    return {JOB_LABEL: str(job), WORKER_LABEL: worker}
+
+
+def _storages() -> list[list[str]]:
+    """The podman command prefixes of every storage a detector's container may live in: the private one
+    for submitted archives (where it exists) and the host's own (``podman:`` images)."""
+    private = _podman(ImageSpec("archive", ""))
+    found = [["podman", "--runtime", RUNTIME]]
+    return [private, *found] if (storage_root() / "storage").is_dir() else found
+
+
+def remove_labelled(labels: dict[str, str]) -> int:
+    """Kill and remove every container on this host carrying all of ``labels`` (``Task.labels``: the job
+    and worker it runs for), in every storage; how many went. A stopped worker's leftovers, or a dead
+    one's before its job runs again: podman finds them by label, so nothing of ours tracks processes, and
+    each still has podman's own ``--timeout`` as a backstop where nobody comes (a lost node)."""
+    if podman_missing() is not None or not labels:
+        return 0
+    filters = [f"--filter=label={label}={value}" for label, value in sorted(labels.items())]
+    removed = 0
+    for prefix in _storages():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            found = _call(
+                [*prefix, "ps", "--all", "--quiet", "--no-trunc", *filters], timeout=60
+            ).stdout.split()
+            if found:
+                _call([*prefix, "rm", "--force", "--ignore", "--time", "0", *found], timeout=60)
+                removed += len(found)
+    return removed
 
 
 def _result(
@@ -582,8 +620,9 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
             )
         finally:
             # ``--rm`` removed a container that ended by itself, and ``on_timeout`` one out of time; an
-            # interrupted harness leaves it running under conmon
-            if finished is None or finished.exit_code is None:
+            # interrupted harness, or a podman client killed by a stopping worker (a negative exit code:
+            # a signal), leaves it running under conmon
+            if finished is None or finished.exit_code is None or finished.exit_code < 0:
                 _remove(spec, name)
         outputs = {output: read_regular(space.root, _PRIVATE, "output", output) for output in task.outputs}
     return _result(task, finished, outputs, described, worker, wall)

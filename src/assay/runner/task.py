@@ -74,7 +74,8 @@ class Task:
     ``image`` runs the task in that container image instead (``assay.runner.container``: an image archive
     from ``podman save``/``docker save``, ``podman:REF``, or a ``.sif``), with the same inputs, limits and
     result handling: ``argv`` is then a folder detector's, whose interpreter and ``entrypoint.py`` give way
-    to the image's own entrypoint.
+    to the image's own entrypoint. ``labels`` go on its container (``container.remove_labelled``): the job
+    and worker it runs for, so a stopped or reclaiming worker finds what is left of a run by them.
     """
 
     key: str
@@ -89,6 +90,7 @@ class Task:
     image: str | None = None
     shared_stage: frozenset[str] = frozenset()
     exclusive: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.argv:

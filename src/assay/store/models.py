@@ -163,6 +163,9 @@ class Submission(Base):
     # when this submission stopped holding its artifact (practice retention); the folder itself goes only
     # once no submission holds it
     artifact_removed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # what was sent: folder, archive, image or sif (``submissions.artifact_kind``); it, not the stored
+    # files, says how the job runs ("" for rows from before it was recorded: read from their files)
+    kind: Mapped[str] = mapped_column(String(10), default="", server_default="")
 
     team: Mapped[Team] = relationship()
     split: Mapped[Split] = relationship()
