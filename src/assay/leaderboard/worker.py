@@ -37,11 +37,12 @@ from assay.errors import UserError
 from assay.leaderboard.fleet import HEARTBEAT_S, STALE_AFTER_S, Presence, due, worker_name
 from assay.leaderboard.harness import run_models, score_job
 from assay.leaderboard.preflight import Preflight, error_line
+from assay.leaderboard.submissions import ArtifactFault
 from assay.retry import retry
 from assay.runner import Executor, RayExecutor, isolation_available
 from assay.store.enums import JobStatus, RoundStatus, SubmissionStatus
 from assay.store.heartbeat import Heartbeat
-from assay.store.models import SPLIT_NAMES, Job, Round, Split, Submission, utcnow
+from assay.store.models import SPLIT_NAMES, Job, Round, Split, Submission, Team, utcnow
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "claim_job", "run_job", "work", "worker_name"]
 
@@ -87,18 +88,26 @@ def claim_job(
     among: Sequence[int] | None = None,
 ) -> int | None:
     """Claim the oldest claimable job for ``worker`` (only one of ``among``, when given); None when there
-    is none. Taking over a job whose worker died counts one platform fault."""
+    is none. Taking over a job whose worker died counts one platform fault. Each claim is one log line."""
 
-    def claim() -> int | None:
+    def claim() -> tuple[int, dict] | None:
         with sessions.begin() as session:
-            candidates = select(Job.id).where(_claimable(stale_after_s))
+            candidates = select(Job.id, Job.status, Job.worker).where(_claimable(stale_after_s))
             if among is not None:
                 candidates = candidates.where(Job.id.in_(among))
-            first = candidates.order_by(Job.id).limit(1).scalar_subquery()
+            first = session.execute(candidates.order_by(Job.id).limit(1)).first()
+            if first is None:
+                return None
             now = utcnow()
             claimed = session.scalar(
                 update(Job)
-                .where(Job.id == first, _claimable(stale_after_s))
+                # as it was read: a row changed meanwhile (another worker's claim) is a lost race
+                .where(
+                    Job.id == first.id,
+                    Job.status == first.status,
+                    Job.worker.is_not_distinct_from(first.worker),
+                )
+                .where(_claimable(stale_after_s))
                 .values(
                     status=JobStatus.RUNNING,
                     worker=worker,
@@ -110,14 +119,45 @@ def claim_job(
                 )
                 .returning(Job.id)
             )
-            if claimed is not None:
-                _set_submission(session, claimed, SubmissionStatus.RUNNING)
-            return claimed
+            if claimed is None:
+                return None
+            _set_submission(session, claimed, SubmissionStatus.RUNNING)
+            dead = first.worker if first.status == JobStatus.RUNNING else None
+            return claimed, _claim_fields(session, claimed, worker, dead)
 
     if among is not None and not among:
         return None
     # SQLite: another writer held the lock past the busy timeout; try again
-    return retry(claim, on=OperationalError, attempts=10, wait=0.2, default=None)
+    claimed = retry(claim, on=OperationalError, attempts=10, wait=0.2, default=None)
+    if claimed is None:
+        return None
+    _log_claim(claimed[1])  # once committed: a claim rolled back and retried is logged once
+    return claimed[0]
+
+
+def _claim_fields(session: Session, job_id: int, worker: str, dead: str | None) -> dict:
+    """What the claim's log line names: the job, its submission, team and split, the worker, and for a
+    reclaim the worker whose heartbeat stopped (``reclaimed_from``)."""
+    submission, team, split = session.execute(
+        select(Submission.id, Team.name, Split.name)
+        .join(Job, Job.submission_id == Submission.id)
+        .join(Team, Team.id == Submission.team_id)
+        .join(Split, Split.id == Submission.split_id)
+        .where(Job.id == job_id)
+    ).one()
+    fields = {"job": job_id, "submission": submission, "team": team, "split": split, "worker": worker}
+    return {**fields, "reclaimed_from": dead} if dead is not None else fields
+
+
+def _log_claim(fields: dict) -> None:
+    """One line per claim or reclaim, so an operator follows a job across workers from the log alone."""
+    dead = fields.get("reclaimed_from")
+    verb = f"reclaimed from {dead} (no heartbeat)" if dead is not None else "claimed"
+    logger.info(
+        "job %d %s by %s: submission %d, team %s, split %s",
+        *(fields["job"], verb, fields["worker"], fields["submission"], fields["team"], fields["split"]),
+        extra={"fields": fields},
+    )
 
 
 def _set_submission(session: Session, job_id: int, status: str) -> None:
@@ -196,9 +236,9 @@ def is_platform_fault(exc: BaseException) -> bool:
     """Whether ``exc`` is the platform's fault, never the team's: the harness and the runner raise only
     for their own state (what a detector does is recorded per model, not raised). OSError (a full disk,
     a missing folder), the database's errors, memory, a ``UserError`` of the runner (isolation or a
-    container engine missing here) and Ray's errors (a node lost for good). Anything else stays a failure
-    of the job with its one line, as before."""
-    if isinstance(exc, OSError | SQLAlchemyError | MemoryError | UserError):
+    container engine missing here), a stored artifact unlike its record (``ArtifactFault``) and Ray's
+    errors (a node lost for good). Anything else stays a failure of the job with its one line, as before."""
+    if isinstance(exc, OSError | SQLAlchemyError | MemoryError | UserError | ArtifactFault):
         return True
     return any(cls.__module__.split(".")[0] == "ray" for cls in type(exc).__mro__)
 
