@@ -88,6 +88,25 @@ class JobProgress(BaseModel):
     hidden: bool = False
     queue_place: int | None = None  # 1 = the next job a worker claims; None unless queued
     workers_alive: int | None = None  # healthy workers with a fresh heartbeat, for a queued job
+    # the wait in words while queued, "" once a worker has it: the live page replaces its line with this on
+    # every poll, so no line outlives the state it told (issue 47: "Waiting for a worker" beside "running")
+    waiting: str = ""
+
+
+def waiting_words(place: int | None, alive: int | None) -> str:
+    """A queued job's wait as its page says it: where it stands in the queue and who could take it."""
+    if place == 1:
+        where = "next in the queue"
+    elif place:
+        ahead = place - 1
+        where = f"place {place} in the queue ({ahead} job{'s' if ahead != 1 else ''} ahead)"
+    else:
+        where = "waiting to be retried after a platform fault"
+    if alive:
+        who = f"{alive} worker{'s' if alive != 1 else ''} alive"
+    else:
+        who = "no worker is alive right now (the organisers see this on their status page)"
+    return f"Waiting for a worker: {where}; {who}."
 
 
 def _models_done(session: Session, job_id: int) -> int:
@@ -137,6 +156,8 @@ def job_progress(session: Session, job: Job, hide: bool = False, public: bool = 
     ``public``: a team's view, whose queue place leaves sealed jobs out (``fleet.queue_place``)."""
     moment = _to_hour if hide else as_utc
     queued = job.status == JobStatus.QUEUED
+    place = queue_place(session, job.id, public=public) if queued else None
+    alive = sum(w.healthy for w in live_workers(session)) if queued else None
     return JobProgress(
         **_identity(job),
         status=job.status,
@@ -145,8 +166,9 @@ def job_progress(session: Session, job: Job, hide: bool = False, public: bool = 
         finished_at=moment(job.finished_at),
         finished=job.status in FINISHED_JOBS,
         hidden=hide,
-        queue_place=queue_place(session, job.id, public=public) if queued else None,
-        workers_alive=sum(w.healthy for w in live_workers(session)) if queued else None,
+        queue_place=place,
+        workers_alive=alive,
+        waiting=waiting_words(place, alive) if queued else "",
     )
 
 

@@ -1,6 +1,7 @@
 // Leaderboard pages, enhanced: the pages work without this file.
-// - Job page: poll the job's JSON record every 2 s, show models done / total, reload once it has finished
-//   (the server then renders the links to the scores).
+// - Job page: poll the job's JSON record every 2 s, show its status, models done / total and the wait in
+//   the server's words (gone once a worker has the job), reload once it has finished (the server then
+//   renders the links to the scores).
 // - Upload form: refuse a file over the upload limit before sending it (the server checks again).
 "use strict";
 
@@ -25,6 +26,11 @@
       }
       if (job.models_done !== null) text("job-done", job.models_done);
       text("job-total", job.models_total);
+      var waiting = document.getElementById("job-queue"); // the server's words for the wait, "" once it runs
+      if (waiting) {
+        waiting.textContent = job.waiting || "";
+        waiting.hidden = !job.waiting;
+      }
       var status = document.getElementById("job-status");
       if (status) {
         status.textContent = job.status;
