@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from assay.errors import UserError
 from assay.leaderboard.fleet import HEARTBEAT_S, STALE_AFTER_S, Presence, due, worker_name
 from assay.leaderboard.harness import run_models, score_job
+from assay.leaderboard.hostquiet import claimable, host_quiet, quiet_after, sealed_hold
 from assay.leaderboard.preflight import Preflight, error_line
 from assay.leaderboard.submissions import ArtifactFault
 from assay.retry import retry
@@ -254,11 +256,15 @@ def run_job(
     """Run and score a claimed job; returns its status after (queued again when the platform failed it or
     the worker was stopped). ``Stopped`` is raised again once the job is given back."""
     stopper = stopper or Stopper()
-    with Heartbeat(lambda: _stamp(sessions, job_id, worker), HEARTBEAT_S, f"assay-job-{job_id}"):
+    beat = Heartbeat(lambda: _stamp(sessions, job_id, worker), HEARTBEAT_S, f"assay-job-{job_id}")
+    # a sealed job holds its host from before its first model until it is finished, and leaves it quiet
+    # until its publication tick (``hostquiet``): no practice run's start tells when it ended
+    with beat, contextlib.ExitStack() as hold:
         try:
             if _exhausted(sessions, job_id, worker):
                 return JobStatus.PLATFORM_ERROR
             with stopper.interruptible():
+                hold.enter_context(sealed_hold(sessions, job_id, executor))
                 finished = run_models(sessions, job_id, executor, on_model=on_model)
             score_job(sessions, job_id)
         except Stopped:
@@ -272,8 +278,8 @@ def run_job(
             # not the platform's: recorded as the job's failure, as ever
             _finish(sessions, job_id, JobStatus.FAILED, f"harness error: {type(exc).__name__}: {exc}\n")
             return JobStatus.FAILED
-    status = JobStatus.DONE if finished else JobStatus.TIMED_OUT
-    _finish(sessions, job_id, status)
+        status = JobStatus.DONE if finished else JobStatus.TIMED_OUT
+        _finish(sessions, job_id, status)
     return status
 
 
@@ -406,13 +412,18 @@ def work(
     stopper = stopper or Stopper()
     executor_name = "ray" if isinstance(executor, RayExecutor) else "local"
     preflight = preflight or Preflight(sessions, local=executor_name == "local")
-    count = 0
+    count, quiet = 0, 0.0  # quiet: until when this worker's last sealed job keeps practice jobs off it
     with Presence(sessions, _announce(sessions, executor_name, preflight), executor_name) as presence:
         while not stopper.event.is_set():
-            claimable = _claimable(stale_after_s)
-            ready = preflight.check(claimable if pool is None else and_(claimable, pool))
+            due_now = _claimable(stale_after_s)
+            ready = preflight.check(due_now if pool is None else and_(due_now, pool))
             presence.report(ready.problem)
-            job_id = claim_job(sessions, presence.name, stale_after_s, among=ready.servable)
+            until = max(quiet, host_quiet(executor))
+            among, held_back = claimable(sessions, ready.servable, until)
+            job_id = claim_job(sessions, presence.name, stale_after_s, among=among)
+            if job_id is None and held_back:  # practice jobs wait for the tick, even under --once
+                stopper.event.wait(max(0.0, min(poll_s, until - time.time())))
+                continue
             if job_id is None:
                 if once and ready.blocked:
                     raise CannotWork(ready.problem)
@@ -430,7 +441,7 @@ def work(
                 break
             finally:
                 presence.running(None)
-            count += 1
+            count, quiet = count + 1, max(quiet, quiet_after(sessions, job_id))
             logger.info("job %d: %s", job_id, status, extra={"fields": {"job": job_id, "status": status}})
             if on_job is not None:
                 on_job(job_id, status)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from assay.errors import UserError
 from assay.runner.dispatch import run_task
-from assay.runner.hostlease import HOST_RESOURCE, host_lease, ray_resources
+from assay.runner.hostlease import HOST_RESOURCE, Lease, host_lease, quiet_until, ray_resources
 from assay.runner.nodecache import cached, node_cache, trim
 from assay.runner.task import Task, TaskResult
 from assay.runner.transfer import Shipment, landed, ship_all
@@ -49,10 +49,16 @@ class LocalExecutor:
         with self.holding(any(task.exclusive for task in tasks)):
             return self._map(tasks, on_result)
 
-    def holding(self, exclusive: bool) -> contextlib.AbstractContextManager[None]:
+    def holding(self, exclusive: bool) -> contextlib.AbstractContextManager[Lease]:
         """Hold this machine (alone, when ``exclusive``) across several ``map`` calls: a sealed job's
-        chunks, so no other job's run slips in between them and times them."""
+        chunks, so no other job's run slips in between them and times them. An exclusive holder may set
+        the lease's ``quiet_until``: no shared run starts here before it."""
         return host_lease(exclusive)
+
+    def quiet_until(self) -> float:
+        """Until when (epoch seconds) this machine takes no shared run: the quiet its last sealed holder
+        left (``hostlease``), so a worker claims no practice job it would only make wait."""
+        return quiet_until()
 
     def _map(self, tasks: Sequence[Task], on_result: OnResult | None) -> list[TaskResult]:
         done: dict[int, TaskResult] = {}
