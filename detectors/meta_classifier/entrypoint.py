@@ -187,11 +187,15 @@ def configure(args: ConfigureArgs, meta: Metaparameters) -> None:
     folds = min(5, int(np.bincount(y).min()))
     if folds >= 2:
         grid = C_GRID if args.automatic_configuration else (c,)
-        losses = {
-            g: _log_loss(y, cross_validate(rows, archs, y, g, clip, int(meta["seed"]), folds)) for g in grid
-        }
+        oof = {g: cross_validate(rows, archs, y, g, clip, int(meta["seed"]), folds) for g in grid}
+        losses = {g: _log_loss(y, p) for g, p in oof.items()}
         c = min(losses, key=lambda g: losses[g])
-        cv = {"folds": folds, "log_loss_by_C": {str(g): round(v, 4) for g, v in losses.items()}}
+        cv = {
+            "folds": folds,
+            "log_loss_by_C": {str(g): round(v, 4) for g, v in losses.items()},
+            # each training model's out-of-fold probability at the chosen C: what `assay zoo difficulty` reads
+            "out_of_fold": {m.name: float(v) for m, v in zip(models, oof[c], strict=True)},
+        }
     learned = fit(rows, archs, y, c)
     record = {
         "format": FORMAT,

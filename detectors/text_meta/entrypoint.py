@@ -120,11 +120,15 @@ def configure(args: trojai.ConfigureArgs, meta: trojai.Metaparameters) -> None:
     c, clip = float(meta["C"]), float(meta["clip"])
     folds = min(5, int(np.bincount(y).min()))
     losses: dict[float, float] = {}
+    oof: dict[float, np.ndarray] = {}
     if folds >= 2:
         for g in C_GRID if args.automatic_configuration else (c,):
-            p = np.clip(out_of_fold(rows, archs, y, g, clip, folds), 1e-12, 1 - 1e-12)
+            oof[g] = out_of_fold(rows, archs, y, g, clip, folds)
+            p = np.clip(oof[g], 1e-12, 1 - 1e-12)
             losses[g] = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
         c = min(losses, key=lambda g: losses[g])
+    # each training model's out-of-fold probability at the chosen C: what `assay zoo difficulty` reads
+    held_out = {m.name: float(v) for m, v in zip(models, oof[c], strict=True)} if oof else {}
     record = {
         "format": FORMAT,
         "technique": "text_meta",
@@ -136,6 +140,7 @@ def configure(args: trojai.ConfigureArgs, meta: trojai.Metaparameters) -> None:
         "cross_validation": {
             "folds": folds,
             "log_loss_by_C": {str(g): round(v, 4) for g, v in losses.items()},
+            "out_of_fold": held_out,
         },
     }
     path = args.learned_parameters_dirpath / LEARNED

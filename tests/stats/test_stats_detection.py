@@ -22,6 +22,7 @@ from assay.stats import (
     expected_calibration_error,
     grouped_metrics,
     roc_auc,
+    roc_auc_ci,
     roc_curve,
     tpr_at_fpr,
 )
@@ -217,3 +218,18 @@ def test_one_class_split_scores_without_auc_and_tpr() -> None:
     assert np.isnan(tpr).all() and fpr[-1] == 1.0
     table = confusion_table(y, p)
     assert np.isnan(table.tpr).all() and table.fpr[0] == 1.0
+
+
+def test_roc_auc_ci_is_hanley_mcneil() -> None:
+    # Hanley and McNeil (1982), table 2 style: AUC 0.875 from 4 trojaned and 4 clean models
+    y = np.array([1, 1, 1, 0, 0, 0, 0, 1])
+    p = np.array([0.9, 0.8, 0.3, 0.2, 0.1, 0.4, 0.35, 0.7])
+    area = 0.875
+    q1, q2 = area / (2 - area), 2 * area**2 / (1 + area)
+    se = np.sqrt((area * (1 - area) + 3 * (q1 - area**2) + 3 * (q2 - area**2)) / 16)
+    assert roc_auc(y, p) == area
+    assert roc_auc_ci(y, p) == pytest.approx(1.96 * se, abs=1e-12)
+    assert roc_auc_ci(y, p, level=0.99) > roc_auc_ci(y, p)
+    assert np.isnan(roc_auc_ci(np.ones(3), np.full(3, 0.5)))
+    with pytest.raises(ValueError, match="level"):
+        roc_auc_ci(y, p, level=0.5)

@@ -22,6 +22,7 @@ from assay.runner import LocalExecutor
 from assay.store import Job, open_store
 from assay.trojai import read_text_examples
 from assay.zoo.config import RoundConfig, load_round_config
+from assay.zoo.difficulty import difficulty
 from assay.zoo.nist import export_round, import_round
 from assay.zoo.portable import load_weights
 from assay.zoo.round import draw_factors, generate_round
@@ -235,3 +236,43 @@ def test_text_round_scored_end_to_end_through_nist_layout(
     assert sorted(row.technique for row in board.rows) == ["constant", "text_meta"]
     constant = next(row for row in board.rows if row.technique == "constant")
     assert constant.metrics["cross_entropy"] == pytest.approx(0.6931, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_difficulty_cross_validates_the_baselines_per_factor(text_round: Path, tmp_path: Path) -> None:
+    splits = tmp_path / "splits"
+    split_round(text_round, {"train": 0.67, "test": 0.17, "holdout": 0.16}, seed=1, out_dir=splits)
+    detectors = [PROJECT / "detectors" / "constant", PROJECT / "detectors" / "text_meta"]
+    report = difficulty(splits, detectors)
+    assert report.training_split == str(splits / "train") and report.trojaned == 2 and report.models == 4
+    constant = report.overall("constant")
+    assert constant.cross_entropy == pytest.approx(np.log(2)) and constant.roc_auc == 0.5
+    learned = report.overall("text_meta")
+    assert learned.cross_entropy > 0.0 and learned.cross_entropy_ci >= 0.0
+    factors = {(c.factor, c.value) for c in report.cells if c.detector == "text_meta"}
+    assert {f for f, _ in factors} >= {
+        "all",
+        "architecture",
+        "trigger_kind",
+        "source_specific",
+        "poison_fraction",
+    }
+    kinds = [c for c in report.cells if c.detector == "constant" and c.factor == "trigger_kind"]
+    assert all(c.models == 2 + c.trojaned for c in kinds)  # that kind's trojaned models and every clean one
+
+
+@pytest.mark.slow
+def test_difficulty_bad_input_is_one_line(text_round: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "assay", "zoo", "difficulty", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "no training split" in done.stderr
+    )
+    split_round(
+        text_round, {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=1, out_dir=tmp_path / "splits"
+    )
+    with pytest.raises(UserError, match="too few models for text_meta to cross-validate"):
+        difficulty(tmp_path / "splits", [PROJECT / "detectors" / "text_meta"])  # 1 trojaned of 3: no 2 folds

@@ -48,6 +48,7 @@ _HOME = {
     "expected_calibration_error": "detection",
     "grouped_metrics": "detection",
     "roc_auc": "detection",
+    "roc_auc_ci": "detection",
     "roc_curve": "detection",
     "tpr_at_fpr": "detection",
     "Cell": "disclosure",

@@ -80,6 +80,25 @@ def roc_auc(targets: np.ndarray, predictions: np.ndarray) -> float:
     return float(u / (positives * negatives))
 
 
+def roc_auc_ci(targets: np.ndarray, predictions: np.ndarray, level: float = 0.95) -> float:
+    """Half-width of the ROC-AUC's confidence interval: z(level) times Hanley and McNeil's (1982) standard
+    error, which needs only the AUC and the class sizes; NaN when one class is absent.
+
+    Why this one: it is the interval NIST-style reports can state without resampling, and it widens
+    correctly when one class is small (a group of 6 trojaned models gets a wide interval, not a bootstrap's
+    degenerate one)."""
+    if level not in CI_Z:
+        raise ValueError(f"level must be one of {sorted(CI_Z)}, got {level!r}")
+    area = roc_auc(targets, predictions)
+    if np.isnan(area):
+        return float("nan")
+    y = np.asarray(targets, dtype=np.float64)
+    n1, n0 = float(y.sum()), float(len(y) - y.sum())
+    q1, q2 = area / (2.0 - area), 2.0 * area**2 / (1.0 + area)
+    variance = (area * (1 - area) + (n1 - 1) * (q1 - area**2) + (n0 - 1) * (q2 - area**2)) / (n1 * n0)
+    return float(CI_Z[level] * np.sqrt(max(variance, 0.0)))
+
+
 def roc_curve(targets: np.ndarray, predictions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """False- and true-positive rates at every distinct score, highest threshold first, as sklearn's.
 

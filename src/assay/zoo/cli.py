@@ -163,3 +163,50 @@ def export_nist(
         f"images written to {summary.out_dir}",
         highlight=False,
     )
+
+
+@app.command()
+def difficulty(
+    round_dir: Path = typer.Argument(
+        ..., help="A round, an 'assay zoo split' folder or a round with splits/."
+    ),
+    detector: list[Path] = typer.Option(
+        [],
+        "--detector",
+        "-d",
+        help="A TrojAI detector folder (repeat); default: the baselines for the domain.",
+    ),
+    detectors_dir: Path = typer.Option(
+        Path("detectors"),
+        "--detectors-dir",
+        help="Where the default baselines are (constant, meta_classifier, text_meta).",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """How hard a round is before it opens: the baselines cross-validated on its training split, scored
+    per round and per factor (architecture, trigger kind, poison fraction, source-specific).
+
+    Example: assay zoo difficulty r1/ --detectors-dir detectors/
+    """
+    from assay.zoo.difficulty import difficulty as measure
+
+    with console.status("running the baselines on the training split"):
+        report = measure(round_dir, detector or None, detectors_dir)
+    if json_out:
+        console.print_json(report.model_dump_json())
+        return
+    from assay.terminal import plain_table
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    headers = ("detector", "factor", "value", "models", "trojaned", "CE", "+-95%", "ROC-AUC", "+-95%")
+    rows = [
+        [c.detector, c.factor, c.value, str(c.models), str(c.trojaned)]
+        + [number(v) for v in (c.cross_entropy, c.cross_entropy_ci, c.roc_auc, c.roc_auc_ci)]
+        for c in report.cells
+    ]
+    console.print(
+        f"{report.training_split}: {report.models} models ({report.trojaned} trojaned)", highlight=False
+    )
+    console.print(plain_table(headers, rows), highlight=False)
