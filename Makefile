@@ -45,9 +45,11 @@ $(REFERENCE)/splits/split.json: $(STAMP) examples/zoo-reference-round.yaml
 	$(VENV)/bin/assay zoo split $(REFERENCE) --train 0.5 --test 0.3 --holdout 0.2 --seed 2026
 
 # Three workers on 2 cores, one test file each at a time (module fixtures built once): the suite waits on
-# subprocesses, podman and browsers, so a third worker keeps both cores busy (1.7 cores on average, 1.2 with two).
+# subprocesses, podman and browsers, so a third worker keeps both cores busy (1.7 cores on average, 1.2 with two);
+# each worker uses one BLAS thread (tests/conftest.py). The 20 slowest tests are printed at the end, so every
+# run shows where the time goes (docs/benchmarks.md, "The test suite").
 test: $(STAMP)
-	$(PY) -m pytest -q -n 3 --dist loadfile
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=20
 
 # The platform image and the documented pod (podman build from this machine's wheels; minutes on 2 cores).
 test-deploy: $(STAMP)
