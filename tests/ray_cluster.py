@@ -130,6 +130,7 @@ class Cluster:
         others = [path for path in self.base.iterdir() if path != root]
         env = {**os.environ, **self.env, **FAST_FAILURE, "ASSAY_NODE_CACHE": str(root / "cache")}
         env["TMPDIR"] = str(root / "tmp")  # a machine's own /tmp: sandboxes, and the sweep of dead ones'
+        env["ASSAY_HOST_LEASE"] = str(root / "host.lease")  # and its own host lease (``hostlease``)
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         command = [
             RAY,

@@ -277,10 +277,11 @@ def test_an_image_submission_runs_a_job_end_to_end(
     small_round: Path, image: BuiltImage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sessions, artifacts = open_board(small_round / "splits", tmp_path, monkeypatch)
-    made = submit(sessions, artifacts, "alpha", image.docker_archive, split="test")
+    # the practice job first: behind the sealed one it would wait for its publication tick (hourly here)
     local = submit(
         sessions, artifacts, "beta", image.local, split="smoke"
     )  # podman:REF, exported on submission
+    made = submit(sessions, artifacts, "alpha", image.docker_archive, split="test")
     assert (made.status, local.status) == ("queued", "queued"), (
         made.validation_errors + local.validation_errors
     )

@@ -16,6 +16,7 @@ sealed durations; now it is claimed and run at the tick, whatever the sealed job
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from datetime import datetime
@@ -29,7 +30,8 @@ from typer.testing import CliRunner
 from assay.leaderboard import sealing, submissions
 from assay.leaderboard.cli import app as leaderboard_cli
 from assay.leaderboard.worker import work
-from assay.runner import LocalExecutor, isolation
+from assay.runner import LocalExecutor, Task, TaskResult, isolation
+from assay.runner.executors import _run_leased
 from assay.runner.hostlease import host_lease, quiet_until
 from assay.store import Job, open_store
 from assay.store.models import as_utc
@@ -153,3 +155,22 @@ def test_separate_pools_on_separate_hosts_never_wait_for_the_quiet(
     assert time.time() - began < 60
     with sessions() as session:
         assert {job.status for job in session.scalars(select(Job))} == {"done"}
+
+
+@pytest.mark.parametrize("where", ["local executor", "ray node"])
+def test_a_sealed_task_leaves_its_host_quiet_until_its_clock_ticks(where: str) -> None:
+    """Below the worker: each exclusive run (a chunk on the local executor, a task on a Ray node, whichever
+    worker or driver sent it) leaves its host quiet until the next tick of ``Task.quiet_every_s``, so a
+    practice task that lands there next starts at that tick, not when the sealed one ended."""
+    run = (lambda task: LocalExecutor(1).map([task])[0]) if where == "local executor" else _on_a_node
+    sealed = Task("sealed", [sys.executable, "-c", "pass"], exclusive=True, quiet_every_s=2)
+    practice = Task("practice", [sys.executable, "-c", "import time; print(time.time())"])
+    assert run(sealed).ok
+    ended, quiet = time.time(), quiet_until()
+    assert quiet % 2 == 0 and quiet - 2 < ended <= quiet + 0.5  # the first tick at or after the run's end
+    result = run(practice)
+    assert result.ok and quiet <= float(result.stdout) < quiet + 1.5
+
+
+def _on_a_node(task: Task) -> TaskResult:
+    return _run_leased(task, None, None)

@@ -199,6 +199,7 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
             "limits": limits,
             "deadline": as_utc(job.started_at or utcnow()).timestamp() + round_.total_timeout_s,
             "total_timeout_s": round_.total_timeout_s,
+            "publish_every_s": round_.publish_every_s,
             "allow_unisolated": round_.allow_unisolated,
             "metric": round_.metric,
             "leak_bits": round_.leak_bits,
@@ -295,6 +296,8 @@ def run_models(
     random.SystemRandom().shuffle(todo)  # from a secret the team never sees: the order names no model
     fields = {"deadline": context["deadline"], "require_isolation": _sealing(context, sessions, job_id)}
     fields["exclusive"] = context["split"] in SEALED_SPLITS  # the host alone while it runs (issue 44)
+    # and no practice run on it before the round's next publication tick (``hostquiet``; Ray's nodes)
+    fields["quiet_every_s"] = context["publish_every_s"] if fields["exclusive"] else 0.0
     # the record says how it runs; stored files unlike the record are the platform's fault (ArtifactFault)
     fields["image"] = checked_artifact(context["kind"], context["artifact"], context["sha256"])
     fields["labels"] = owner_labels(job_id, context["worker"])

@@ -12,13 +12,14 @@ import contextlib
 import os
 import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from assay.errors import UserError
 from assay.runner.dispatch import run_task
-from assay.runner.hostlease import HOST_RESOURCE, Lease, host_lease, quiet_until, ray_resources
+from assay.runner.hostlease import HOST_RESOURCE, Lease, host_lease, next_tick, quiet_until, ray_resources
 from assay.runner.nodecache import cached, node_cache, trim
 from assay.runner.task import Task, TaskResult
 from assay.runner.transfer import Shipment, landed, ship_all
@@ -30,6 +31,11 @@ class Executor(Protocol):
     """Runs tasks; ``on_result`` is called in the calling thread as each one finishes."""
 
     def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]: ...
+
+
+def _quiet_after(tasks: Sequence[Task]) -> float:
+    """Until when a host that just ran ``tasks`` takes no shared task: their clock's next tick from now."""
+    return max(next_tick(task.quiet_every_s, time.time()) for task in tasks)
 
 
 def _in_order(tasks: Sequence[Task], done: dict[int, TaskResult]) -> list[TaskResult]:
@@ -45,9 +51,15 @@ class LocalExecutor:
         self.workers, self.workdir, self.isolation = workers, workdir, isolation
 
     def map(self, tasks: Sequence[Task], on_result: OnResult | None = None) -> list[TaskResult]:
-        """Run ``tasks`` holding this machine's lease (``hostlease``): alone when any is ``exclusive``."""
-        with self.holding(any(task.exclusive for task in tasks)):
-            return self._map(tasks, on_result)
+        """Run ``tasks`` holding this machine's lease (``hostlease``): alone when any is ``exclusive``, and
+        then leaving it quiet until their clock's next tick (``Task.quiet_every_s``)."""
+        exclusive = any(task.exclusive for task in tasks)
+        with self.holding(exclusive) as lease:
+            try:
+                return self._map(tasks, on_result)
+            finally:
+                if exclusive:
+                    lease.quiet_until = max(lease.quiet_until, _quiet_after(tasks))
 
     def holding(self, exclusive: bool) -> contextlib.AbstractContextManager[Lease]:
         """Hold this machine (alone, when ``exclusive``) across several ``map`` calls: a sealed job's
@@ -101,11 +113,23 @@ def _run_shipped(
     grows = any(cached(expected, cache) is None for expected in refs)
     # A blob comes back as a numpy array over the object store's shared memory: read in place, not copied.
     with landed(shipment, lambda expected: ray.get(refs[expected]), cache) as task:
-        result = run_task(task, workdir, isolation)
+        result = _run_leased(task, workdir, isolation)
     if grows:
         trim(cache)
     result.node = ray.get_runtime_context().get_node_id()
     return result
+
+
+def _run_leased(task: Task, workdir: Path | None, isolation: str | None) -> TaskResult:
+    """On a Ray node: ``task`` under the node's own host lease. Ray's resource already keeps a sealed task
+    alone on its node; the lease keeps the node quiet after it (``Task.quiet_every_s``), so a practice task
+    of any worker that lands there starts at the tick, not when the sealed one ended (``hostlease``)."""
+    with host_lease(task.exclusive) as lease:
+        try:
+            return run_task(task, workdir, isolation)
+        finally:
+            if task.exclusive:
+                lease.quiet_until = max(lease.quiet_until, _quiet_after([task]))
 
 
 def _put_file(ray: Any, file: Path) -> Any:

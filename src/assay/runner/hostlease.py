@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import tempfile
 import threading
@@ -53,6 +54,12 @@ def lease_path() -> Path:
     """The file every worker on this machine leases the host through."""
     configured = os.environ.get(LEASE_ENV)
     return Path(configured) if configured else Path(tempfile.gettempdir()) / "assay-host.lease"
+
+
+def next_tick(every_s: float, at: float) -> float:
+    """The first multiple of ``every_s`` seconds since the epoch at or after ``at`` (0 when no period):
+    the quiet an exclusive run ending at ``at`` leaves behind (``Task.quiet_every_s``)."""
+    return math.ceil(at / every_s) * every_s if every_s > 0 else 0.0
 
 
 def quiet_until(path: Path | None = None) -> float:

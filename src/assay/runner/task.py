@@ -64,6 +64,9 @@ class Task:
     and its own ``wall_seconds``, and one that would start after it is not started. ``require_isolation``
     refuses to run it anywhere bwrap is not available. ``exclusive`` runs it only while its executor holds
     the host (a Ray node) alone: no other job's task shares it (``hostlease``; a sealed job's tasks).
+    ``quiet_every_s`` (exclusive tasks): the host then takes no shared task until the next multiple of it
+    (epoch seconds) at or after the run ends, so a shared task's start tells no more than that tick (the
+    round's publication clock, for a sealed job).
 
     Staged entries are copied into a fresh folder of the run, under their stage names, with new inodes and
     one fixed modification time, so nothing inside (a path, ``/proc``, ``stat``) tells which model or host
@@ -91,6 +94,7 @@ class Task:
     shared_stage: frozenset[str] = frozenset()
     exclusive: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    quiet_every_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.argv:
