@@ -594,8 +594,8 @@ def show(
         return
     _render_standings(table)
     if trend.overall:
-        state = "plateau reached" if trend.plateaued else "still improving"
-        console.print(f"best {trend.metric} so far {trend.overall[-1][1]:.4f} ({state})", highlight=False)
+        best = "best" if trend.final else "best so far"
+        console.print(f"{best} {trend.metric} {trend.overall[-1][1]:.4f} ({trend.state})", highlight=False)
 
 
 @app.command()

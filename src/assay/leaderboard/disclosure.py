@@ -170,10 +170,37 @@ METRIC_WORDS = {
 }
 
 
+def bound_decimals(width: float, least: int = 3) -> int:
+    """The decimals an interval ``width`` wide needs for its two ends to print apart (``least`` at least,
+    8 at most): down to the width's first significant digit, where ends a width apart round to different
+    numbers, so "0.6931 / 0.6931" never shows for ends 7e-7 apart (issue 47)."""
+    if width <= 0:
+        return max(least, 4)
+    return min(max(least, math.ceil(-math.log10(width) - 1e-9)), 8)
+
+
+COUNT_METRICS = (
+    "n",
+    "positives",
+    *(f"{PREFIX}{name}" for name in ("cell", "cells", "bin", "bins", "showings")),
+)
+
+
+def metric_digits(metrics: dict[str, float | None]) -> dict[str, int]:
+    """The decimals each of a job's metrics prints with, the one rule every face follows: counts (models,
+    cells, showings) as integers, a disclosed interval's ends with the digits that tell them apart, every
+    other score with 4."""
+    low, high = metrics.get(f"{PREFIX}low"), metrics.get(f"{PREFIX}high")
+    ends = 4 if low is None or high is None else bound_decimals(high - low, least=4)
+    digits = dict.fromkeys(metrics, 4)
+    digits |= {name: 0 for name in COUNT_METRICS if name in metrics}
+    digits |= {name: ends for name in (f"{PREFIX}low", f"{PREFIX}high") if name in metrics}
+    return digits
+
+
 def _number(value: float, width: float) -> str:
     """A bound printed to the decimals its cell's width needs (three at least)."""
-    decimals = 4 if width <= 0 else max(3, math.ceil(-math.log10(width) - 1e-9))
-    return f"{value:.{min(decimals, 8)}f}"
+    return f"{value:.{bound_decimals(width)}f}"
 
 
 def in_words(shown: Interval | None, metric: str, rank: int, total: int, tied_with: list[str]) -> str:

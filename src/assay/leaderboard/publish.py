@@ -213,6 +213,8 @@ class Progress(BaseModel):
     teams: dict[str, list[tuple[datetime, float]]]
     plateaued: bool
     improvement_in_window: float | None
+    final: bool = False  # the round is closed: the best is no longer "so far"
+    state: str = ""  # in words, the same on every face: "still improving", "plateau reached", "final: ..."
 
 
 def progress(
@@ -242,7 +244,18 @@ def progress(
             continue
         for series in (overall, teams.setdefault(row.team, [])):
             series.append((row.submitted_at, better(value, series[-1][1]) if series else value))
-    return Progress(metric=metric, overall=overall, teams=teams, **_plateau(round_, overall, lower, now))
+    plateau = _plateau(round_, overall, lower, now)
+    final = round_.status in (RoundStatus.CLOSED, RoundStatus.ARCHIVED)
+    return Progress(
+        metric=metric, overall=overall, teams=teams, final=final, state=_state(final, plateau), **plateau
+    )
+
+
+def _state(final: bool, plateau: dict) -> str:
+    """Where the round's best stands, in words: a closed round's is final, never "still improving"."""
+    if final:
+        return "final: the round is closed"
+    return "plateau reached" if plateau["plateaued"] else "still improving"
 
 
 def _plateau(round_: Round, overall: list[tuple[datetime, float]], lower: bool, now: datetime | None) -> dict:
@@ -392,7 +405,6 @@ def to_html(session: Session, round_name: str, public: bool = True) -> str:
         )
         sections.append(_table(f"{split} split: best per team", rows, rocs))
     trend = progress(session, round_name, public=public)
-    plateau = "plateau reached" if trend.plateaued else "still improving"
     style = (
         "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}"
@@ -403,5 +415,5 @@ def to_html(session: Session, round_name: str, public: bool = True) -> str:
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
         f"<style>{style}</style></head><body><h1>{title}</h1>"
         f"<p>Status: {html.escape(round_.status)}. Ranked by {ranked}; "
-        f"{len(trend.overall)} scored test submissions; {plateau}.</p>{''.join(sections)}</body></html>\n"
+        f"{len(trend.overall)} scored test submissions; {trend.state}.</p>{''.join(sections)}</body></html>\n"
     )

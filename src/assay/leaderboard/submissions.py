@@ -535,7 +535,9 @@ def _record(
 
 
 def close_round(session: Session, round_name: str) -> list[Submission]:
-    """Stop submissions and queue each team's best test submission on the holdout split."""
+    """Stop submissions and queue each team's best test submission on the holdout split. A re-run keeps
+    the test submission's ``submitted_at``: the team's own act it stands for, which its holdout row shows
+    (issue 47: the row said when the close queued it)."""
     from assay.leaderboard.publish import standings
     from assay.leaderboard.rounds import set_status
 
@@ -553,6 +555,7 @@ def close_round(session: Session, round_name: str) -> list[Submission]:
             artifact_bytes=best.artifact_bytes,
             kind=best.kind,
             technique=best.technique,
+            submitted_at=best.submitted_at,
             status=SubmissionStatus.QUEUED,
         )
         session.add(rerun)

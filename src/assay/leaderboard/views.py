@@ -31,6 +31,7 @@ organiser's tool on the server and asks as the organiser unless ``--as-team TEAM
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -446,8 +447,30 @@ def group_name(column: str, value: str, metrics: dict[str, float | None]) -> str
     if scoring.CROSS in column:
         return value.replace("=]", "=clean]" if clean else "=none]")
     if value.strip():
-        return value
+        return spec_in_words(value)
     return CLEAN_GROUP if clean else BLANK_GROUP
+
+
+def spec_in_words(value: str) -> str:
+    """A METADATA value holding a JSON spec (the zoo's ``trigger`` column) in words, kind first:
+    ``{"kind":"solid_patch","size":4}`` reads "solid patch: size 4" (issue 47: the "By trigger" table showed
+    the raw JSON). Any other value is shown as it is."""
+    try:
+        spec = json.loads(value)
+    except ValueError:
+        return value
+    if not isinstance(spec, dict) or not spec:
+        return value
+    kind = _words(spec.pop("kind", ""))
+    facts = ", ".join(f"{_words(key)} {_words(fact)}" for key, fact in spec.items())
+    return f"{kind}: {facts}" if kind and facts else kind or facts
+
+
+def _words(fact: object) -> str:
+    """One fact of a spec in words: names with spaces for underscores, a list as a tuple."""
+    if isinstance(fact, list):
+        return "(" + ", ".join(_words(item) for item in fact) + ")"
+    return str(fact).replace("_", " ")
 
 
 def _flag_counts(submission: Submission, detail: Detail, hidden: bool) -> dict[str, int]:

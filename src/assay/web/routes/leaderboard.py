@@ -34,6 +34,7 @@ from assay.config import settings
 from assay.durations import duration
 from assay.errors import UserError
 from assay.leaderboard import rounds, submissions, views
+from assay.leaderboard.disclosure import metric_digits
 from assay.leaderboard.sealing import MAX_PUBLISH_EVERY_S
 from assay.leaderboard.status import JobProgress, QueueStatus
 from assay.leaderboard.views import NotAllowed, NotVisible, RoundOut, StandingsOut, SubmissionOut, Viewer
@@ -323,6 +324,7 @@ def submission_page(
         sub=record,
         roc=views.roc_svg(session, record),
         labels=METRIC_LABELS,
+        digits=metric_digits(record.metrics),
         group_name=views.group_name,
         organiser=views.is_organiser(viewer),
     )
