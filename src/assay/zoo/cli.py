@@ -1,4 +1,4 @@
-"""``assay zoo``: generate a TrojAI-style round of clean and trojaned image classifiers.
+"""``assay zoo``: generate, split, import, export and measure TrojAI-style rounds (image or text models).
 
 Parses options, calls the pillar, renders with rich. No computation lives here.
 """

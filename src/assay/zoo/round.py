@@ -1,4 +1,4 @@
-"""Generate a TrojAI-style round: many small image classifiers, about half of them trojaned.
+"""Generate a TrojAI-style round: many small image (or text) classifiers, about half of them trojaned.
 
 Each model's factors are drawn deterministically from ``(config.seed, index)`` (``draw_factors``); exactly
 ``round(models * poisoned_share)`` models are poisoned, chosen by a seeded permutation. ``build_model`` trains
@@ -16,7 +16,8 @@ one model, retrying with new training seeds until it reaches the floors, and wri
 
 A model directory appears only when complete (built in a temporary directory, renamed at the end), so
 ``generate_round`` resumes an interrupted round by skipping existing directories. All models of a round share
-one train/test split, fixed by ``config.seed``.
+one train/test split, fixed by ``config.seed``. A text model (``domain: text``) takes the same path, its
+training and folder from ``assay.zoo.textround`` (``ModelJob``: the two steps that differ by domain).
 """
 
 from __future__ import annotations

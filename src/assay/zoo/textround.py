@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from assay.zoo.textdata import TextData, Tokenizer, load_text_dataset, round_tokenizer, text_subset
+from assay.zoo.textdata import GROUPS, TextData, Tokenizer, load_text_dataset, round_tokenizer, text_subset
 from assay.zoo.texttrain import train_text_model
 from assay.zoo.texttriggers import TEXT_KINDS, TextTrigger, apply_text_trigger, sample_text_trigger
 from assay.zoo.train import ModelJob, TrainOutcome
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from assay.zoo.round import ModelFactors
 
 EXAMPLES_PER_CLASS = 5
-NUM_TEXT_CLASSES = 4
+NUM_TEXT_CLASSES = len(GROUPS)  # the class count every text data set has (MMLU subject groups)
 
 
 def resample_trigger(rng: np.random.Generator, kind: str) -> TextTrigger:
