@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from assay.leaderboard import harness, rounds
+from assay.leaderboard import harness, rounds, submissions
 from assay.runner import Task, TaskResult
 from assay.store import Job, ModelResult, Submission
 from assay.store.models import Worker, utcnow
@@ -38,11 +38,15 @@ def _app(tmp_path: Path) -> tuple[FastAPI, int]:
         team = rounds.add_team(session, "alpha")
         accounts.create_user(session, "tom", PASSWORD, ["team_member"], team=team)
         accounts.create_user(session, "olga", PASSWORD, ["organiser"])
+        stored = tmp_path / "artifact"  # what the harness checks against the record before it runs
+        stored.mkdir()
+        (stored / "entrypoint.py").write_text("")
         submission = Submission(
             team=team,
             split=rounds.get_split(round_, "test"),
-            artifact_path=str(tmp_path / "nowhere"),
-            artifact_sha256="0" * 64,
+            artifact_path=str(stored),
+            artifact_sha256=submissions.digest(stored),
+            kind="folder",
             technique="probe",
             status="running",
         )

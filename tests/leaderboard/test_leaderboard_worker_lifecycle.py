@@ -211,3 +211,29 @@ def test_each_claim_and_reclaim_is_one_log_line(
         "worker": me,
         "reclaimed_from": "gone:1",
     }
+
+
+def test_a_run_that_lost_its_job_records_nothing(fake_board, tmp_path: Path) -> None:  # noqa: F811
+    """A worker whose heartbeat went stale while it ran (the database out of reach, say) finds its job
+    taken over, and the new worker killing this run's containers: what its detectors answered after that
+    is not stored, so no model is scored from a run the job no longer belongs to (was: stored, and the
+    new worker skipped those models as done)."""
+    from assay.leaderboard.harness import run_models
+    from assay.leaderboard.worker import claim_job
+    from assay.runner import LocalExecutor
+
+    sessions, artifacts = fake_board
+    answer = "open(args.result_filepath, 'w').write('0.25')"
+    made = submit(sessions, artifacts, "alpha", fake_detector(tmp_path / "detector", answer))
+    job_id = claim_job(sessions, "old:1")
+    assert job_id is not None
+
+    class TakenOver(LocalExecutor):
+        def map(self, tasks, on_result=None):  # type: ignore[no-untyped-def]
+            with sessions.begin() as session:
+                session.execute(update(Job).where(Job.id == job_id).values(worker="new:2"))
+            return super().map(tasks, on_result)
+
+    run_models(sessions, job_id, TakenOver(1))
+    with sessions() as session:
+        assert session.get(Submission, made.id).job.results == []

@@ -207,7 +207,10 @@ def _job_context(sessions: sessionmaker[Session], job_id: int) -> dict:
         }
 
 
-def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) -> None:
+def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult, worker: str = "") -> bool:
+    """Store one model's result, unless the job has been taken over from ``worker`` meanwhile (its
+    heartbeat went stale and the new worker killed this run's containers): a run that lost its claim
+    records nothing, so a detector killed for that is never scored against the team. Whether stored."""
     value, flag, raw = parse_result(result)
     stderr = storable(result.stderr)
     if flag == MEMORY_FLAG:
@@ -222,6 +225,10 @@ def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) ->
             "answer came back): scored as missing\n"
         )
     with sessions.begin() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        if (job.worker or "") != worker:
+            return False
         session.add(
             ModelResult(
                 job_id=job_id,
@@ -235,9 +242,8 @@ def _record(sessions: sessionmaker[Session], job_id: int, result: TaskResult) ->
                 stderr=stderr[-LOG_LIMIT:],
             )
         )
-        job = session.get(Job, job_id)
-        assert job is not None
         job.heartbeat_at = utcnow()
+    return True
 
 
 def _note(sessions: sessionmaker[Session], job_id: int, line: str) -> None:
@@ -327,7 +333,8 @@ def run_models(
             return  # never started: scored as missing, like NIST's models a job did not reach
         if extra_lines(result.outputs.get("result.txt")):
             _note(sessions, job_id, "warning: a result file had lines after the first; scored its first line")
-        _record(sessions, job_id, result)
+        if not _record(sessions, job_id, result, context["worker"]):
+            return  # the job was taken over: this run's results are no longer its
         if on_model is not None:
             on_model(result.key)
 
