@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from test_leaderboard import fake_detector
 from test_leaderboard_container import fake_board, submit  # noqa: F401 (a fixture)
 from test_leaderboard_worker_stop import start_worker, wait_for
@@ -237,3 +237,41 @@ def test_a_run_that_lost_its_job_records_nothing(fake_board, tmp_path: Path) -> 
     run_models(sessions, job_id, TakenOver(1))
     with sessions() as session:
         assert session.get(Submission, made.id).job.results == []
+
+
+def test_workers_claiming_at_once_take_each_job_once(db_url: str, tmp_path: Path) -> None:
+    """The claim reads its candidate, then updates it only as it was read: of workers racing for the same
+    jobs, each job goes to exactly one (on SQLite and PostgreSQL)."""
+    import threading
+
+    from assay.leaderboard import rounds, submissions
+    from assay.leaderboard.worker import claim_job
+    from assay.store import open_store
+    from fake_board import fake_splits
+
+    sessions = open_store(db_url)
+    with sessions.begin() as session:
+        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=0)
+        rounds.set_status(session, "r1", "open")
+        rounds.add_team(session, "alpha")
+        for i in range(6):
+            detector = fake_detector(tmp_path / f"d{i}", f"# {i}\n")
+            submissions.submit(session, tmp_path / "artifacts", "alpha", "r1", "train", detector)
+    claimed: list[tuple[str, int]] = []
+    start = threading.Barrier(4)
+
+    def claim_all(name: str) -> None:
+        start.wait()
+        for _ in range(12):  # a race lost is None, as an empty queue is: try on
+            if (job := claim_job(sessions, name)) is not None:
+                claimed.append((name, job))
+
+    threads = [threading.Thread(target=claim_all, args=(f"w:{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    jobs = [job for _, job in claimed]
+    assert sorted(jobs) == sorted(set(jobs)) and len(jobs) == 6, claimed
+    with sessions() as session:
+        assert {job.worker for job in session.scalars(select(Job))} <= {f"w:{n}" for n in range(4)}
