@@ -1,13 +1,19 @@
-"""The live job page in Chromium (issue 47, item 2): every line the page shows follows the job's state.
+"""The leaderboard's pages in Chromium as the organiser and a team meet them (issue 47).
+
+The live job page (item 2): every line the page shows follows the job's state.
 Before, "Waiting for a worker ... no worker is alive right now" stayed for the whole run beside "Status:
 running" (the script updated the status and the count, never the waiting line).
 
 No worker runs here: the test moves the job through its states in the store, as a worker would, and reads
 what the page (``leaderboard.js``, polling every 2 s) says after each step.
+
+The organiser's round page (item 1) showed an empty score cell on every test row, and the submission page
+(item 7) "Cells of the grid 128.0000".
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,7 +26,7 @@ from assay.store.models import utcnow
 from assay.web import accounts
 from assay.web.app import create_app
 from browser import chromium_page, screenshot  # tests/ is on sys.path
-from fake_board import TRUTH, fake_splits
+from fake_board import ANSWERS, TRUTH, fake_splits, scored
 from web_client import PASSWORD
 from web_server import serve_in_thread
 
@@ -66,3 +72,32 @@ def test_the_job_page_drops_the_waiting_line_once_a_worker_has_the_job(tmp_path:
         line = page.locator("#job-queue")
         assert line.count() == 0 or not line.is_visible() or "Waiting" not in line.inner_text()
         assert "Waiting for a worker" not in page.inner_text("#job-progress")
+
+
+def sign_in(page, base_url: str, username: str, next_path: str) -> None:  # type: ignore[no-untyped-def]
+    """Sign ``username`` in through the form and land on ``next_path``."""
+    page.goto(f"{base_url}/login?next={next_path}")
+    page.fill("#username", username)
+    page.fill("#password", PASSWORD)
+    page.click("button:has-text('Sign in')")
+    page.wait_for_url(f"**{next_path}")
+
+
+def test_the_organiser_reads_exact_scores_and_whole_counts(tmp_path: Path) -> None:
+    app = create_app(f"sqlite:///{tmp_path / 'web.db'}")
+    with app.state.sessions.begin() as session:
+        rounds.create_round(session, "r1", fake_splits(tmp_path / "splits"), submission_window_s=0)
+        rounds.set_status(session, "r1", "open")
+        rounds.add_team(session, "alpha")
+        accounts.create_user(session, "olga", PASSWORD, ["organiser"])
+    sub_id = scored(app.state.sessions, "alpha", "test", ANSWERS)
+
+    with serve_in_thread(app) as base_url, chromium_page() as page:
+        sign_in(page, base_url, "olga", "/leaderboard/rounds/r1")
+        row = page.locator("#test-best tbody tr").first
+        cells = [text.strip() for text in row.locator("td").all_inner_texts()]
+        screenshot(page, "leaderboard-round-organiser")
+        assert "" not in cells[:4] and re.fullmatch(r"0\.\d{4}", cells[3]), cells  # the exact cross entropy
+        page.goto(f"{base_url}/leaderboard/submissions/{sub_id}")
+        grid = page.locator("#metrics tr", has_text="Cells of the grid").locator("td").inner_text()
+        assert re.fullmatch(r"\d+", grid), grid
