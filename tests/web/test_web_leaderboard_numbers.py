@@ -87,6 +87,13 @@ def test_public_rows_carry_no_submission_number(app: FastAPI) -> None:
     }  # fmt: skip
 
 
+def test_the_api_schema_still_lists_a_row_fields(app: FastAPI) -> None:
+    """Item 8: dropping the number from a row's JSON keeps the documented schema of a row whole."""
+    schema = TestClient(app).get("/api/v1/openapi.json").json()["components"]["schemas"]
+    row = next(value for name, value in schema.items() if name.split("-")[0] == "Standing")
+    assert {"rank", "team", "submission_id", "metrics", "summary"} <= set(row["properties"])
+
+
 def test_the_public_export_carries_no_submission_number(app: FastAPI, tmp_path: Path) -> None:
     """Item 8: ``assay leaderboard export`` writes the standings as anyone may see them: no numbers."""
     result = CliRunner().invoke(leaderboard_cli, ["export", "r1", "--out", str(tmp_path / "site")])

@@ -17,10 +17,9 @@ import html
 import io
 import json
 from datetime import datetime, timedelta
-from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, model_serializer
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
@@ -66,8 +65,8 @@ class Standing(BaseModel):
 
     rank: int = 0
     team: str
-    # None (and left out of the row's JSON) for a viewer who may not open it: the numbers count every
-    # round's submissions, so a visitor would learn of rounds they cannot see (issue 47, item 8)
+    # None, and left out of the row's JSON (not even ``null``), for a viewer who may not open it: the numbers
+    # count every round's submissions, so a visitor would learn of rounds they cannot see (issue 47, item 8)
     submission_id: int | None = None
     technique: str
     submitted_at: datetime
@@ -78,8 +77,9 @@ class Standing(BaseModel):
     summary: str = ""  # a sealed row in plain words (``disclosure.in_words``), the same on every face
 
     @model_serializer(mode="wrap")
-    def _drop_unnumbered(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A row its viewer may not open says nothing of its submission's number, not even ``null``."""
+    def _drop_unnumbered(self, handler):  # type: ignore[no-untyped-def]
+        """A row its viewer may not open says nothing of its submission's number, not even ``null``.
+        Left unannotated on purpose: a return type would replace the fields in the API's schema."""
         data = handler(self)
         if data.get("submission_id", 0) is None:
             del data["submission_id"]
