@@ -11,7 +11,8 @@ On one machine the lease is a reader-writer ``flock`` on a file every worker of 
 must be given one shared path): exclusive holders take it alone, other runs share it. A turnstile beside
 it gives a waiting exclusive holder precedence, so a stream of overlapping practice runs cannot starve a
 sealed job. The kernel drops both locks when a holder dies, SIGKILL included. On Ray the same rule is a
-per-node custom resource (``HOST_RESOURCE``, ``executors.RayExecutor``), which Ray's scheduler enforces.
+per-node custom resource (``HOST_RESOURCE``, ``executors.RayExecutor``), which Ray's scheduler enforces;
+each task also takes its node's own lease there (``executors._run_leased``), for the quiet below.
 
 Quiet after a sealed run. A practice run that waited for the host started when the sealed run let go, so
 its start (its job's claim time, its detector's clock) told the sealed job's end to the second. So an
