@@ -8,9 +8,10 @@ to track the test job's duration to the second. Now a host that ran a sealed job
 until that job's publication tick (``leaderboard.hostquiet``, ``runner.hostlease``): the practice job
 starts at the tick, which the team learns anyway when the test job is shown.
 
-Before the fix (one worker, a 5 s clock, the run started just after a tick so the sealed job ends mid-slot):
-the practice job was claimed 0.0x s after the sealed job finished and ran before the tick, for both
-sealed durations; now it is claimed and run at the tick, whatever the sealed job took.
+Before the fix (one worker, a 5 s clock, both jobs submitted just after a tick so the sealed job ends
+mid-slot): the practice job was claimed 0.02 s after the sealed job finished (+2.53 and +2.28 s after the
+submission) and its detector read its clock 0.22 s later, both well before the tick (+4.95 s); now it is
+claimed at the tick and its detector reads +5.13 to +5.18 s, whatever the sealed job took.
 """
 
 from __future__ import annotations
