@@ -305,3 +305,77 @@ def test_the_guard_catches_a_get_that_writes(site: tuple[FastAPI, DemoSeed]) -> 
     assert caught == ["GET /test/sql: UPDATE star_tasks", "GET /test/flush: flush of StarTask"]
     with app.state.sessions() as session:
         assert session.get_one(StarTask, 1).rule_id != "changed"
+
+
+CONTRADICTIONS = (  # lines a page must never show together (issue 47, item 2)
+    (re.compile(r"Waiting for a worker"), re.compile(r"Status:?\s*running")),
+    (re.compile(r"no worker is alive"), re.compile(r"\d+ of \d+ models done")),
+)
+
+
+def contradictions(url: str, text: str) -> list[str]:
+    return [
+        f"{url}: {a.pattern} beside {b.pattern}"
+        for a, b in CONTRADICTIONS
+        if a.search(text) and b.search(text)
+    ]
+
+
+@pytest.mark.slow  # every role's pages in Chromium, about a minute
+def test_every_roles_pages_in_chromium_show_numbers_in_shape_and_no_contradiction(
+    site: tuple[FastAPI, DemoSeed], tmp_path: Path
+) -> None:
+    """Issue 47's walk, in the browser the user has: each role (and a visitor) signs in through the login
+    form and opens every STAR, DyePack, leaderboard and dashboard page it may see, after the pages' own
+    scripts ran. The text Chromium renders has no count printed as a float, no raw JSON, no empty score
+    cell, no state line contradicting another, and the console has no error."""
+    from browser import chromium_page
+    from web_server import serve_in_thread
+
+    app, seeded = site
+    working_state(app, seeded, tmp_path)
+    pages = [
+        u for u in urls(app, seeded) if u.startswith(("/star", "/dyepack", "/dashboard", "/leaderboard"))
+    ]
+    found: list[str] = []
+    visited = 0
+
+    def note_error(msg: Any) -> None:
+        if msg.type == "error":
+            found.append(f"console error: {msg.text}")
+
+    with serve_in_thread(app) as base_url:
+        for username in ["olga", "tom", "tina", "rita", "anna", "arno", None]:
+            client = client_as(app, seeded, username)
+            mine = [u for u in pages if _is_html_page(client.get(u, follow_redirects=False))]
+            with chromium_page() as page:
+                page.on("console", note_error)
+                if username is not None:
+                    page.goto(f"{base_url}/login")
+                    page.fill("#username", username)
+                    page.fill("#password", seeded.passwords[username])
+                    page.click("button:has-text('Sign in')")
+                    page.wait_for_load_state()
+                for url in mine:
+                    page.goto(base_url + url)
+                    page.wait_for_load_state("networkidle")
+                    html, text = page.content(), page.inner_text("body")
+                    found += [f"{username} {s}" for s in number_shapes(url, _Rendered(html))]
+                    found += [f"{username} {c}" for c in contradictions(url, " ".join(text.split()))]
+                    visited += 1
+    assert [f for f in found if "favicon" not in f] == []
+    assert visited >= 40  # 45 pages over the seven walkers on the demo data (2026-11-29)
+
+
+class _Rendered:
+    """A page as Chromium left it, shaped like a response for :func:`number_shapes`."""
+
+    def __init__(self, html: str) -> None:
+        self.text, self.headers = html, {"content-type": "text/html"}
+
+
+def _is_html_page(response: Any) -> bool:
+    """A page a browser shows (not a download such as the board's HTML export)."""
+    headers = response.headers
+    shown = "attachment" not in headers.get("content-disposition", "")
+    return response.status_code == 200 and "html" in headers.get("content-type", "") and shown
