@@ -276,3 +276,14 @@ def test_difficulty_bad_input_is_one_line(text_round: Path, tmp_path: Path) -> N
     )
     with pytest.raises(UserError, match="too few models for text_meta to cross-validate"):
         difficulty(tmp_path / "splits", [PROJECT / "detectors" / "text_meta"])  # 1 trojaned of 3: no 2 folds
+
+
+def test_text_model_travels_as_a_ray_task_does(tmp_path: Path) -> None:
+    """``build_packed`` is what each Ray task runs: a text model comes back as one checked blob."""
+    from assay.runner.transfer import unpack_to
+    from assay.zoo.round import build_packed
+
+    config = RoundConfig.model_validate({**TINY, "models": 2, "architectures": ["embedding_bag"]})
+    result, expected, blob = build_packed(config.model_dump_json(), 0)
+    unpack_to(blob, expected, tmp_path / result.model_id)
+    assert (tmp_path / result.model_id / "reduced-config.json").is_file() and result.built
