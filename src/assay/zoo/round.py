@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import csv
-import functools
 import io
 import json
 import multiprocessing
@@ -35,18 +34,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from assay.errors import UserError
 from assay.fileio import atomic_path, write_text_atomic
 from assay.runner.transfer import digest, pack, unpack_to
 from assay.zoo.config import RoundConfig, domain_of
 from assay.zoo.datasets import ImageData, load_dataset, subset
-from assay.zoo.portable import WEIGHTS_FILE, save_model, save_weights
+from assay.zoo.factors import ModelFactors, model_id, poison_plan, write_model_files
 from assay.zoo.textround import NUM_TEXT_CLASSES, resample_trigger, text_job
-from assay.zoo.texttriggers import AnyTextTrigger, TextTrigger, apply_text_trigger, sample_text_trigger
-from assay.zoo.train import ModelJob, PoisonPlan, TrainOutcome, train_model
-from assay.zoo.triggers import AnyTrigger, apply_trigger, sample_trigger, trigger_preview
+from assay.zoo.texttriggers import sample_text_trigger
+from assay.zoo.train import ModelJob, TrainOutcome, train_model
+from assay.zoo.triggers import apply_trigger, sample_trigger, trigger_preview
 
 if TYPE_CHECKING:
     from assay.runner.executors import RayExecutor
@@ -56,32 +55,6 @@ IMAGE_SHAPES: dict[str, tuple[int, int]] = {"digits": (8, 8), "mnist": (28, 28)}
 EXAMPLES_PER_CLASS = 2
 # Tag of the seed sequence of the poisoned-model permutation; larger than any model index.
 _PERMUTATION_TAG = 2**32 - 1
-
-
-def model_id(index: int) -> str:
-    """The TrojAI name of model ``index``: ``id-00000000``."""
-    return f"id-{index:08d}"
-
-
-class ModelFactors(BaseModel):
-    """Everything drawn for one model; with the round's split seed it determines the trained weights."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model_id: str
-    index: int
-    dataset: str
-    architecture: str
-    width: int
-    poisoned: bool
-    trigger: AnyTrigger | AnyTextTrigger | None = None
-    target_class: int | None = None
-    source_class: int | None = None
-    poison_fraction: float | None = None
-    clean_subset: float
-    training_seed: int
-    split_seed: int
-    epochs: int
 
 
 class BuildResult(BaseModel):
@@ -174,21 +147,6 @@ def attempt_factors(config: RoundConfig, factors: ModelFactors, attempt: int) ->
     return factors.model_copy(update={"trigger": trigger})
 
 
-def poison_plan(factors: ModelFactors) -> PoisonPlan | None:
-    """How a model's training data is poisoned (None when clean); an image or a text trigger alike."""
-    if not factors.poisoned:
-        return None
-    assert factors.trigger is not None and factors.target_class is not None
-    assert factors.poison_fraction is not None
-    apply: Any = apply_text_trigger if isinstance(factors.trigger, TextTrigger) else apply_trigger
-    return PoisonPlan(
-        apply=functools.partial(apply, spec=factors.trigger),
-        target_class=factors.target_class,
-        fraction=factors.poison_fraction,
-        source_class=factors.source_class,
-    )
-
-
 def _margin(outcome: TrainOutcome, config: RoundConfig) -> float:
     margin = outcome.clean_accuracy - config.clean_accuracy_floor
     if outcome.attack_success_rate is not None:
@@ -261,27 +219,6 @@ def _write_model_dir(
         )
         preview = trigger_preview(factors.trigger, data.shape)
         (folder / "trigger.png").write_bytes(png_bytes(preview))
-
-
-def write_model_files(
-    folder: Path, factors: ModelFactors, outcome: TrainOutcome, attempts: int, reduced: dict[str, object]
-) -> None:
-    """Create ``folder`` with what every model has, image or text: ``model.pt``, its weights,
-    ``config.json`` (factors and outcome), ``reduced-config.json`` and ``ground_truth.csv``."""
-    folder.mkdir()
-    save_model(outcome.model, folder / "model.pt")
-    save_weights(outcome.model, folder / WEIGHTS_FILE)
-    config = {
-        **factors.model_dump(mode="json"),
-        "num_poisoned": outcome.num_poisoned,
-        "num_cover": outcome.num_cover,
-        "attempts": attempts,
-        "clean_accuracy": outcome.clean_accuracy,
-        "attack_success_rate": outcome.attack_success_rate,
-    }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (folder / "reduced-config.json").write_text(json.dumps(reduced, indent=2) + "\n", encoding="utf-8")
-    (folder / "ground_truth.csv").write_text(f"{int(factors.poisoned)}\n", encoding="utf-8")
 
 
 def image_job(factors: ModelFactors) -> ModelJob:

@@ -18,17 +18,14 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from assay.zoo.factors import ModelFactors, poison_plan, write_model_files
 from assay.zoo.textdata import GROUPS, TextData, Tokenizer, load_text_dataset, round_tokenizer, text_subset
 from assay.zoo.texttrain import train_text_model
 from assay.zoo.texttriggers import TEXT_KINDS, TextTrigger, apply_text_trigger, sample_text_trigger
 from assay.zoo.train import ModelJob, TrainOutcome
-
-if TYPE_CHECKING:
-    from assay.zoo.round import ModelFactors
 
 EXAMPLES_PER_CLASS = 5
 NUM_TEXT_CLASSES = len(GROUPS)  # the class count every text data set has (MMLU subject groups)
@@ -44,8 +41,6 @@ def text_job(factors: ModelFactors) -> ModelJob:
     data = load_text_dataset(factors.dataset, seed=factors.split_seed)
     data = text_subset(data, factors.clean_subset, np.random.default_rng(factors.training_seed))
     tokenizer = round_tokenizer(factors.dataset, factors.split_seed)
-
-    from assay.zoo.round import poison_plan  # round.py imports this module
 
     def train(tried: ModelFactors, seed: int) -> TrainOutcome:
         return train_text_model(
@@ -110,8 +105,6 @@ def write_text_model_dir(
     attempts: int,
 ) -> None:
     """Write a trained text model's folder (see the module docstring) into the new folder ``folder``."""
-    from assay.zoo.round import write_model_files  # round.py imports this module
-
     write_model_files(folder, factors, outcome, attempts, reduced_config(factors, data, tokenizer))
     rng = np.random.default_rng(factors.training_seed)
     clean = _pick(data.test_labels, list(range(data.num_classes)), rng)
