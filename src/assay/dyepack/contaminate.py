@@ -367,13 +367,12 @@ def contaminate(
             if on_step:
                 on_step(len(losses), planned, losses[-1])
 
-    epochs = 0
+    epochs, target = 0, config.epochs
     while True:
-        target = config.epochs if not checks else min(epochs + goal.every, goal.max_epochs)  # type: ignore[union-attr]
         model.train()
         with blocks_from(model, first):
             while epochs < target:
-                one_epoch(steps_per_epoch * max(target, config.epochs))
+                one_epoch(steps_per_epoch * target)
                 epochs += 1
         model.eval()
         if goal is None:
@@ -383,7 +382,7 @@ def contaminate(
         checks.append((epochs, found))
         if on_check:
             on_check(epochs, found)
-        if found.share >= goal.share:
+        if found.took:
             break
         spent = time.process_time() - cpu_started
         if epochs >= goal.max_epochs or (goal.max_cpu_seconds is not None and spent >= goal.max_cpu_seconds):
@@ -391,6 +390,7 @@ def contaminate(
                 f"the training did not take: after {epochs} epochs ({spent:.0f} CPU s) {found.summary()}, "
                 f"the goal is {goal.share:.0%}; nothing saved. Raise --lr, --top-layers or --max-epochs"
             )
+        target = min(epochs + goal.every, goal.max_epochs)
     if config.method == "lora":
         model = model.merge_and_unload()
     out_dir = Path(out_dir)
