@@ -61,3 +61,12 @@ def screenshot(page: Any, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def sign_in_page(page: Any, base_url: str, username: str, password: str, next_path: str) -> None:
+    """Sign ``username`` in through the login form, as a person does, and land on ``next_path``."""
+    page.goto(f"{base_url}/login?next={next_path}")
+    page.fill("#username", username)
+    page.fill("#password", password)
+    page.click("button:has-text('Sign in')")
+    page.wait_for_url(f"**{next_path}")

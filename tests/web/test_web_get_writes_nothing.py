@@ -329,7 +329,7 @@ def test_every_roles_pages_in_chromium_show_numbers_in_shape_and_no_contradictio
     form and opens every STAR, DyePack, leaderboard and dashboard page it may see, after the pages' own
     scripts ran. The text Chromium renders has no count printed as a float, no raw JSON, no empty score
     cell, no state line contradicting another, and the console has no error."""
-    from browser import chromium_page
+    from browser import chromium_page, sign_in_page
     from web_server import serve_in_thread
 
     app, seeded = site
@@ -351,11 +351,7 @@ def test_every_roles_pages_in_chromium_show_numbers_in_shape_and_no_contradictio
             with chromium_page() as page:
                 page.on("console", note_error)
                 if username is not None:
-                    page.goto(f"{base_url}/login")
-                    page.fill("#username", username)
-                    page.fill("#password", seeded.passwords[username])
-                    page.click("button:has-text('Sign in')")
-                    page.wait_for_load_state()
+                    sign_in_page(page, base_url, username, seeded.passwords[username], "/account")
                 for url in mine:
                     page.goto(base_url + url)
                     page.wait_for_load_state("networkidle")

@@ -25,7 +25,7 @@ from assay.store import Job, ModelResult, Submission
 from assay.store.models import utcnow
 from assay.web import accounts
 from assay.web.app import create_app
-from browser import chromium_page, screenshot  # tests/ is on sys.path
+from browser import chromium_page, screenshot, sign_in_page  # tests/ is on sys.path
 from fake_board import ANSWERS, TRUTH, fake_splits, scored
 from web_client import PASSWORD
 from web_server import serve_in_thread
@@ -74,15 +74,6 @@ def test_the_job_page_drops_the_waiting_line_once_a_worker_has_the_job(tmp_path:
         assert "Waiting for a worker" not in page.inner_text("#job-progress")
 
 
-def sign_in(page, base_url: str, username: str, next_path: str) -> None:  # type: ignore[no-untyped-def]
-    """Sign ``username`` in through the form and land on ``next_path``."""
-    page.goto(f"{base_url}/login?next={next_path}")
-    page.fill("#username", username)
-    page.fill("#password", PASSWORD)
-    page.click("button:has-text('Sign in')")
-    page.wait_for_url(f"**{next_path}")
-
-
 def test_the_organiser_reads_exact_scores_and_whole_counts(tmp_path: Path) -> None:
     app = create_app(f"sqlite:///{tmp_path / 'web.db'}")
     with app.state.sessions.begin() as session:
@@ -93,7 +84,7 @@ def test_the_organiser_reads_exact_scores_and_whole_counts(tmp_path: Path) -> No
     sub_id = scored(app.state.sessions, "alpha", "test", ANSWERS)
 
     with serve_in_thread(app) as base_url, chromium_page() as page:
-        sign_in(page, base_url, "olga", "/leaderboard/rounds/r1")
+        sign_in_page(page, base_url, "olga", PASSWORD, "/leaderboard/rounds/r1")
         row = page.locator("#test-best tbody tr").first
         cells = [text.strip() for text in row.locator("td").all_inner_texts()]
         screenshot(page, "leaderboard-round-organiser")

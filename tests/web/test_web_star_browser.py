@@ -19,7 +19,7 @@ from test_web_star import PASSWORD, build_app
 
 from assay.models.stub_server import StubServer, serve_stub
 from assay.store import StarAnnotation, StarDialogue
-from browser import chromium_page, screenshot  # tests/ is on sys.path
+from browser import chromium_page, screenshot, sign_in_page  # tests/ is on sys.path
 from web_server import serve_in_thread
 
 REPLY = "I will not insult you, but I am happy to talk about why people say rude things online."
@@ -27,11 +27,7 @@ pytestmark = pytest.mark.slow  # drives chromium
 
 
 def sign_in(page: Any, base_url: str, username: str) -> None:
-    page.goto(f"{base_url}/login?next=/star/queue")
-    page.fill("#username", username)
-    page.fill("#password", PASSWORD)
-    page.click("button:has-text('Sign in')")
-    page.wait_for_url(f"{base_url}/star/queue")
+    sign_in_page(page, base_url, username, PASSWORD, "/star/queue")
 
 
 def sign_out(page: Any) -> None:
