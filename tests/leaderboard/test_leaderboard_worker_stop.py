@@ -115,6 +115,7 @@ def test_status_and_metrics_list_live_workers(lb, tmp_path: Path) -> None:  # no
         state = _status()
         (alive,) = state["workers"]
         assert alive["pid"] == worker.pid and alive["healthy"] and alive["job_id"] is None
+        assert alive["kinds"][:2] == ["folder", "archive"] and alive["splits"] == []  # what it can take
         assert state["unhealthy"] == 0
         plain = subprocess.run(
             [sys.executable, "-m", "assay", "leaderboard", "status"],
@@ -123,6 +124,7 @@ def test_status_and_metrics_list_live_workers(lb, tmp_path: Path) -> None:  # no
             check=True,
         )
         assert "workers alive: 1, 0 unhealthy" in plain.stdout and f"{alive['name']} (assay " in plain.stdout
+        assert f"; runs {','.join(alive['kinds'])}): idle" in plain.stdout
         background = SimpleNamespace(status=lambda: SimpleNamespace(lanes=[]))
         with lb() as session:
             families = {f.name: f for f in state_families(session, background)}

@@ -519,9 +519,11 @@ def _render_status(state: status_of.QueueStatus) -> None:
     for w in state.workers:
         doing = f"job {w.job_id}" if w.job_id is not None else "idle"
         health = "healthy" if w.healthy else f"UNHEALTHY: {w.problem}"
+        runs = f"runs {','.join(w.kinds) or 'every kind (not recorded)'}"
+        serves = f" on {','.join(w.splits)}" if w.splits else ""
         console.print(
-            f"  {w.name} (assay {w.version}, {w.isolation}, {w.executor}): {doing}, {health}, "
-            f"heartbeat {w.heartbeat_age_s:.0f} s ago",
+            f"  {w.name} (assay {w.version}, {w.isolation}, {w.executor}; {runs}{serves}): {doing}, "
+            f"{health}, heartbeat {w.heartbeat_age_s:.0f} s ago",
             highlight=False,
             markup=False,
         )

@@ -3,7 +3,9 @@ where a queued job stands.
 
 Each worker keeps one ``Worker`` row (``Presence``): written when it starts, stamped every ``HEARTBEAT_S``
 by the store's one heartbeat thread (idle or busy, so a dead idle worker is visible too) with its health
-and its current job, and removed when it stops cleanly. A row whose stamp is older than ``STALE_AFTER_S``
+and its current job, and removed when it stops cleanly. It also records the submission kinds it can run and
+the splits it serves, so a submission no live worker could run is refused when sent
+(``assay.leaderboard.runnable``). A row whose stamp is older than ``STALE_AFTER_S``
 is a dead worker (killed, or its machine lost): ``live_workers`` leaves it out, and the job it held is
 claimable again after the same time (``assay.leaderboard.worker``). ``queue_place`` is where a queued job
 waits. Reads here never write; the job page, ``assay leaderboard status`` and ``/metrics`` call them.
@@ -15,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -42,7 +45,9 @@ def worker_name() -> str:
 
 
 class LiveWorker(BaseModel):
-    """A worker whose heartbeat is fresh; ``healthy`` False means it claims nothing (``problem`` says why)."""
+    """A worker whose heartbeat is fresh; ``healthy`` False means it claims nothing (``problem`` says why).
+    ``kinds``: the submission kinds it can run, ``splits``: those it serves; either empty means every one
+    (``splits``: no ``--splits``; ``kinds``: a row of an older release, which did not say)."""
 
     name: str
     host: str
@@ -56,6 +61,13 @@ class LiveWorker(BaseModel):
     healthy: bool
     problem: str
     job_id: int | None
+    kinds: list[str] = []
+    splits: list[str] = []
+
+
+def listed(text: str) -> list[str]:
+    """A comma-separated column (``Worker.kinds``, ``Worker.splits``) as its items; "" is none."""
+    return [item for item in text.split(",") if item]
 
 
 def live_workers(
@@ -68,10 +80,12 @@ def live_workers(
         .where(Worker.heartbeat_at >= now - timedelta(seconds=stale_after_s))
         .order_by(Worker.name)
     )
-    stored = [name for name in LiveWorker.model_fields if name != "heartbeat_age_s"]
+    lists = ("kinds", "splits")
+    stored = [name for name in LiveWorker.model_fields if name not in ("heartbeat_age_s", *lists)]
     return [
         LiveWorker(
             **{name: getattr(w, name) for name in stored},
+            **{name: listed(getattr(w, name)) for name in lists},
             heartbeat_age_s=max(0.0, (now - w.heartbeat_at).total_seconds()),
         )
         for w in rows
@@ -112,24 +126,35 @@ def queue_place(
 
 @dataclass
 class State:
-    """What this worker's heartbeat writes: its health, why not, and the job it runs."""
+    """What this worker's heartbeat writes: its health, why not, the job it runs, and the submission kinds
+    it can run (comma-separated, as stored)."""
 
     healthy: bool = True
     problem: str = ""
     job_id: int | None = None
+    kinds: str = ""
 
 
 class Presence:
     """This worker's row, kept alive by a heartbeat thread while the ``with`` block runs.
 
-    The main thread changes ``state`` (``report``, ``running``); a change is written at once, and every
-    beat writes it again with a fresh stamp. A clean stop removes the row.
+    The main thread changes ``state`` (``report``, ``running``, ``able``); a change is written at once,
+    and every beat writes it again with a fresh stamp. A clean stop removes the row. ``kinds``: the
+    submission kinds it can run (``runnable.machine_kinds``), ``splits``: those it serves (none: all);
+    empty ``kinds`` reads as every kind, as an older release's row does.
     """
 
-    def __init__(self, sessions: sessionmaker[Session], isolation: str, executor: str) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        isolation: str,
+        executor: str,
+        kinds: Sequence[str] = (),
+        splits: Sequence[str] = (),
+    ) -> None:
         self.sessions, self.name = sessions, worker_name()
-        self.isolation, self.executor = isolation, executor
-        self.state = State()
+        self.isolation, self.executor, self.splits = isolation, executor, ",".join(splits)
+        self.state = State(kinds=",".join(kinds))
         self._lock = threading.Lock()
         self._heartbeat = Heartbeat(self._stamp, HEARTBEAT_S, "assay-worker-heartbeat")
 
@@ -150,6 +175,8 @@ class Presence:
                     executor=self.executor,
                     started_at=now,
                     heartbeat_at=now,
+                    kinds=self.state.kinds,
+                    splits=self.splits,
                 )
             )
         self._heartbeat.start()
@@ -177,6 +204,10 @@ class Presence:
         """Record the job this worker runs now (None: idle)."""
         self._change(job_id=job_id)
 
+    def able(self, kinds: Sequence[str]) -> None:
+        """Record the submission kinds this worker can run now (the pre-flight re-probes its engines)."""
+        self._change(kinds=",".join(kinds))
+
     def _change(self, **fields: object) -> None:
         with self._lock:
             changed = any(getattr(self.state, key) != value for key, value in fields.items())
@@ -190,7 +221,7 @@ class Presence:
 
     def _stamp(self) -> None:
         with self._lock:
-            state = State(self.state.healthy, self.state.problem, self.state.job_id)
+            state = State(self.state.healthy, self.state.problem, self.state.job_id, self.state.kinds)
         with self.sessions.begin() as session:
             session.execute(
                 update(Worker)
@@ -200,5 +231,6 @@ class Presence:
                     healthy=state.healthy,
                     problem=state.problem,
                     job_id=state.job_id,
+                    kinds=state.kinds,
                 )
             )

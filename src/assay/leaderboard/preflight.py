@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from assay.config import settings
 from assay.leaderboard.harness import needs_bwrap
+from assay.leaderboard.runnable import machine_kinds
 from assay.leaderboard.submissions import recorded_image
 from assay.runner import gpu, isolation
 from assay.runner.container import podman_missing, sif_missing
@@ -202,14 +203,21 @@ class Preflight:
         self._machine: dict[str, Any] = {}
 
     def machine(self) -> dict[str, Any]:
-        """The machine's own answers (sandbox, disk), probed again once they are ``ttl_s`` old."""
+        """The machine's own answers (sandbox, disk, the submission kinds it can run), probed again once
+        they are ``ttl_s`` old."""
         if time.monotonic() - self._probed_at >= self.ttl_s:
             self._machine = {
                 "bwrap": isolation_problem() if self.local else None,
                 "disk": disk_problems(self.min_free_bytes),
+                "kinds": machine_kinds(self.local),
             }
             self._probed_at = time.monotonic()
         return self._machine
+
+    def kinds(self) -> tuple[str, ...]:
+        """The submission kinds this worker can run (``runnable.machine_kinds``): what its row records, so
+        a submission no live worker could run is refused when sent; re-probed with the other probes."""
+        return self.machine()["kinds"]
 
     def gpus(self) -> gpu.Inventory:
         """This machine's NVIDIA devices and driver libraries (``gpu.discover``), probed when a GPU round

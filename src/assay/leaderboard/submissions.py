@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 from assay.errors import UserError
 from assay.leaderboard import storage
 from assay.leaderboard.rounds import get_round, get_split, get_team
+from assay.leaderboard.runnable import refusal
 from assay.runner.container import PODMAN_PREFIX, save_local
 from assay.runner.images import archive_format, read_archive
 from assay.runner.sif import RUNSCRIPT, check_arch, read_contents, read_sif, signature_notes, system_partition
@@ -470,7 +471,10 @@ def submit(
 ) -> Submission:
     """Record a submission; accepted ones are stored and queued as a job, others say why in their status.
 
-    Nothing is kept for a rejected submission: its unpacked files go with the temp folder.
+    Nothing is kept for a rejected submission: its unpacked files go with the temp folder. A kind that no
+    live worker serving the split can run (an image where none has podman: ``runnable.refusal``) is a
+    ``UserError`` before anything is read or stored, since it would wait in the queue for ever; with no
+    live worker at all it is accepted and queued, as workers may come later.
     """
     now = now or utcnow()
     team, round_, split = _target(session, team_name, round_name, split_name)
@@ -478,6 +482,8 @@ def submit(
     artifact = Path(artifact)
     if not artifact.exists() and not local:
         raise UserError(f"{artifact}: no such file or folder")
+    if why := refusal(session, round_.name, split.name, artifact_kind(artifact), now):
+        raise UserError(why)
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=artifacts_dir, prefix=".incoming-") as scratch:
         if local:  # podman:REF: the image as an archive, stored and judged as if it had been sent as one

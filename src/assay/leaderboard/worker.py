@@ -413,11 +413,13 @@ def work(
     executor_name = "ray" if isinstance(executor, RayExecutor) else "local"
     preflight = preflight or Preflight(sessions, local=executor_name == "local")
     count, quiet = 0, 0.0  # quiet: until when this worker's last sealed job keeps practice jobs off it
-    with Presence(sessions, _announce(sessions, executor_name, preflight), executor_name) as presence:
+    level = _announce(sessions, executor_name, preflight)
+    with Presence(sessions, level, executor_name, preflight.kinds(), splits or ()) as presence:
         while not stopper.event.is_set():
             due_now = _claimable(stale_after_s)
             ready = preflight.check(due_now if pool is None else and_(due_now, pool))
             presence.report(ready.problem)
+            presence.able(preflight.kinds())
             until = max(quiet, host_quiet(executor))
             among, held_back = claimable(sessions, ready.servable, until)
             job_id = claim_job(sessions, presence.name, stale_after_s, among=among)

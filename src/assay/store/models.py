@@ -229,7 +229,8 @@ class MetricResult(Base):
 
 class Worker(Base):
     """A leaderboard worker process, stamped every few seconds while it lives (``assay.leaderboard.fleet``):
-    a stale ``heartbeat_at`` means it died; ``healthy`` False with ``problem`` says why it claims nothing."""
+    a stale ``heartbeat_at`` means it died; ``healthy`` False with ``problem`` says why it claims nothing;
+    ``kinds`` and ``splits`` say what it can take, so a submission no live worker could run is refused."""
 
     __tablename__ = "workers"
 
@@ -245,3 +246,7 @@ class Worker(Base):
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)
     problem: Mapped[str] = mapped_column(Text, default="")
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"))  # the job it runs now
+    # the submission kinds it can run (``Submission.kind``, comma-separated) and the splits it serves
+    # (``--splits``; "" all): read at submission (``assay.leaderboard.runnable``); "" from an older release
+    kinds: Mapped[str] = mapped_column(Text, default="", server_default="")
+    splits: Mapped[str] = mapped_column(Text, default="", server_default="")
