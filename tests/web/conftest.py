@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from platform_image import deploy_store  # noqa: F401 (the deploy tests' own podman store, a session fixture)
+
 PUBLIC_URL = "http://testserver"
 
 

@@ -1,6 +1,7 @@
-"""The platform as people deploy it: both images built by docs/deploy.md's own commands, and the documented
-pod (``deploy/assay-pod.yaml``: PostgreSQL, the web server, a worker from the worker image) played with
-``podman kube play``, taking detector uploads and scoring them.
+"""The platform as people deploy it: docs/deploy.md's own blocks, run as written in order (the base images,
+both images, the documented pod with ``podman kube play``, a round copied in, a backup and a restore,
+``kube down``), with detector uploads scored in between. Everything lives in the test's own podman store
+(``tests/platform_image.py``), so the docs' tags, pod and volumes never meet the operator's.
 
 Checked from outside, as an operator would:
 
@@ -13,20 +14,24 @@ Checked from outside, as an operator would:
   scores both in bubblewrap, and the standings show them; readiness drops to 503 while PostgreSQL is
   stopped (liveness stays 200) and comes back when it starts again.
 
-The images are built from this host's files (``tests/platform_image.py``: no registry here); podman's layer
-cache makes later runs short. Sizes and figures are printed (``pytest -s``) and bounded.
+- the backup: written into the pod's ``assay-backups`` volume, restored by the documented commands into a
+  new database and volume with every submission, and still there after ``kube down``.
+
+No registry is reachable here: the docs' ``deploy/base_images.py`` makes the base images from this
+machine. The test store's layer cache makes later runs short. Sizes and figures are printed (``pytest -s``)
+and bounded.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
+import shutil
+import socket
 import subprocess
 import tarfile
 import time
-import uuid
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,9 +40,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from container_image import podman_ready
 from platform_image import DEPLOY_TESTS
-from web_server import free_port
 
 pytestmark = DEPLOY_TESTS
 PROJECT = Path(__file__).resolve().parents[2]
@@ -51,15 +54,12 @@ ASSAY_LAYER_MAX_BYTES = 20 * 2**20  # a release rebuilds and ships this much
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):  # type: ignore[no-untyped-def]
-    reason = podman_ready()
-    if reason is not None:
-        pytest.skip(reason)
+def built(deploy_store: dict[str, str]):  # type: ignore[no-untyped-def]
     from platform_image import build
     from postgres import postgres_bin
 
     if postgres_bin() is None or not Path("/usr/bin/bwrap").exists():
-        pytest.skip("the test images need Debian's postgresql and bubblewrap")
+        pytest.skip("the base images are made from this host's postgresql and bubblewrap")
     return build(BUILD)
 
 
@@ -71,7 +71,7 @@ def images(built):  # type: ignore[no-untyped-def]
 def _run(image: str, *argv: str, entrypoint: str | None = None) -> subprocess.CompletedProcess[str]:
     from platform_image import limits
 
-    command = ["podman", "run", "--rm", "--runtime", "runc", *limits(), "--network", "none"]
+    command = ["podman", "run", "--rm", *limits(), "--network", "none"]
     command += ["--entrypoint", entrypoint] if entrypoint else []
     return subprocess.run([*command, image, *argv], capture_output=True, text=True, check=False)
 
@@ -166,9 +166,8 @@ def test_worker_image_holds_assay_once_with_torch_ray_and_bubblewrap(images) -> 
 
 @dataclass(frozen=True)
 class Pod:
-    name: str
-    base: str  # http://127.0.0.1:PORT
-    env: dict[str, str]  # CONTAINERS_CONF for podman
+    name: str  # the docs' pod: assay (its containers assay-db, assay-web, assay-worker)
+    base: str  # http://127.0.0.1:8000, the pod file's hostPort
 
     def exec(self, container: str, *argv: str, env: dict[str, str] | None = None) -> str:
         options = [f"--env={k}={v}" for k, v in (env or {}).items()]
@@ -177,21 +176,6 @@ class Pod:
         )
         assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
         return done.stdout + done.stderr
-
-
-def _pod_file(images, name: str, port: int, folder: Path) -> Path:  # type: ignore[no-untyped-def]
-    """The documented pod with this run's images, port and names (so runs never share a pod or volume)."""
-    text = POD_FILE.read_text()
-    text = text.replace("docker.io/library/postgres:15-bookworm", images.postgres)
-    text = text.replace("hostPort: 8000", f"hostPort: {port}")
-    text = text.replace("name: assay\n", f"name: {name}\n", 1)
-    for claim in ("assay-db", "assay-home"):
-        text = text.replace(f"claimName: {claim}", f"claimName: {name}-{claim}")
-    assert text.count(f"image: {images.assay}\n") == 1 and text.count(f"image: {images.worker}\n") == 1
-    assert images.postgres in text and f"hostPort: {port}" in text and "procMount: Unmasked" in text
-    path = folder / "pod.yaml"
-    path.write_text(text)
-    return path
 
 
 def _wait(url: str, status: int, timeout: float, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -207,59 +191,50 @@ def _wait(url: str, status: int, timeout: float, headers: dict[str, str] | None 
     raise AssertionError(f"{url}: no {status} in {timeout} s (last: {last!r})")
 
 
-def _unmasked_worker(pod: Pod, image: str) -> None:
-    """Podman before 4.7 ignores the pod file's ``procMount: Unmasked``, so its worker cannot start
-    bubblewrap (and claims nothing). There, as docs/deploy.md says, the worker runs beside the pod instead:
-    the same image and command, in the pod's network, with ``--security-opt unmask=/proc/*``."""
-    from platform_image import limits, podman
-
-    version = tuple(int(part) for part in podman("version", "--format", "{{.Client.Version}}").split(".")[:2])
-    if version >= (4, 7):
-        return
-    environment = yaml_env(POD_FILE, "worker")
-    podman("rm", "--force", f"{pod.name}-worker")
-    podman(
-        *("run", "--detach", "--pod", pod.name, "--name", f"{pod.name}-worker", "--runtime", "runc"),
-        *limits(),
-        *("--security-opt", "unmask=/proc/*", "--pids-limit", "4096"),
-        *("--volume", f"{pod.name}-assay-home:/var/lib/assay"),
-        *(f"--env={key}={value}" for key, value in environment.items()),
-        *(image, "leaderboard", "worker", "--workers", "1"),
-    )
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
-def yaml_env(path: Path, container: str) -> dict[str, str]:
-    """A container's environment as the pod file gives it."""
-    import yaml
+def _volume_file(volume: str, name: str) -> Path:
+    """A file of a volume of the test store, as the host sees it."""
+    from platform_image import podman
 
-    spec = yaml.safe_load(path.read_text())["spec"]
-    found = next(c for c in spec["containers"] if c["name"] == container)
-    return {item["name"]: item["value"] for item in found.get("env", [])}
+    return Path(podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume)) / name
 
 
 @pytest.fixture(scope="module")
-def pod(images, tmp_path_factory) -> Iterator[Pod]:  # type: ignore[no-untyped-def]
-    """The documented pod, played and ready; removed with its volumes afterwards."""
-    name, port = f"assay-test-{uuid.uuid4().hex[:8]}", free_port()
-    pod_file = _pod_file(images, name, port, tmp_path_factory.mktemp("pod"))
-    env = {**os.environ, "CONTAINERS_CONF": str(images.containers_conf)}
+def pod(built) -> Iterator[Pod]:  # type: ignore[no-untyped-def]
+    """The documented pod, played by the docs' blocks (the worker beside it, podman 4.3), with the docs'
+    round in it; at the end the docs' ``kube down``, after which the backup volume must still hold the
+    backup the backup test wrote."""
+    from platform_image import BESIDE, DOWN, PLAY, ROUND, run_documented
+
+    if not _port_free(8000):
+        pytest.skip("port 8000 (the pod file's hostPort) is taken on this host")
+    shutil.rmtree(PROJECT / "build" / "rounds", ignore_errors=True)  # the round block makes it afresh
     started = time.monotonic()
-    try:
-        played = subprocess.run(
-            ["podman", "kube", "play", str(pod_file)], capture_output=True, text=True, env=env
-        )
-        assert played.returncode == 0, played.stderr
-        _wait(f"http://127.0.0.1:{port}/api/v1/ready", 200, 240)
-        print(f"pod ready in {time.monotonic() - started:.0f} s")
-        made = Pod(name, f"http://127.0.0.1:{port}", env)
-        _unmasked_worker(made, images.worker)
-        yield made
-    finally:
-        subprocess.run(["podman", "pod", "rm", "--force", "--time", "5", name], capture_output=True, env=env)
-        subprocess.run(
-            ["podman", "volume", "rm", "--force", f"{name}-assay-db", f"{name}-assay-home"],
-            capture_output=True,
-        )
+    run_documented(PLAY, BUILD / "pod-play.log")
+    _wait("http://127.0.0.1:8000/api/v1/ready", 200, 240)
+    print(f"pod ready in {time.monotonic() - started:.0f} s")
+    run_documented(BESIDE, BUILD / "pod-worker.log")
+    run_documented(ROUND, BUILD / "pod-round.log")
+    made = Pod("assay", "http://127.0.0.1:8000")
+    yield made
+    run_documented(DOWN, BUILD / "pod-down.log")
+    backups = podman_volumes()
+    assert {"assay-db", "assay-home", "assay-backups"} <= backups, backups
+    if BACKED_UP:
+        assert _volume_file("assay-backups", BACKED_UP[0]).stat().st_size > 0
+
+
+BACKED_UP: list[str] = []  # the backup test's file, checked again after kube down
+
+
+def podman_volumes() -> set[str]:
+    from platform_image import podman
+
+    return set(podman("volume", "ls", "--format", "{{.Name}}").split())
 
 
 def _token(pod: Pod, user: str, *role: str) -> dict[str, str]:
@@ -309,20 +284,6 @@ def _archives(folder: Path) -> dict[str, tuple[str, bytes]]:
     return {"alpha": ("detector.tar.gz", packed.getvalue()), "beta": ("detector.zip", zipped.getvalue())}
 
 
-def _round(pod: Pod, folder: Path) -> None:
-    """A tiny real round copied into the pod's ASSAY_HOME, opened, with teams alpha and beta."""
-    from platform_image import podman, tiny_round
-
-    splits = tiny_round(folder / "rounds" / "r1")
-    podman("cp", str(folder / "rounds"), f"{pod.name}-web:/var/lib/assay/")
-    inside = f"/var/lib/assay/rounds/r1/{splits.relative_to(folder / 'rounds' / 'r1')}"
-    lb = ("assay", "leaderboard")
-    pod.exec("web", *lb, "round", "create", "r1", "--dataset", inside, "--per-model-timeout", "300")
-    pod.exec("web", *lb, "round", "open", "r1")
-    for team in ("alpha", "beta"):
-        pod.exec("web", *lb, "team", "add", team)
-
-
 def _finished(pod: Pod, headers: dict[str, str], submission: int, timeout: float) -> dict:  # type: ignore[type-arg]
     deadline = time.monotonic() + timeout
     while True:
@@ -334,9 +295,9 @@ def _finished(pod: Pod, headers: dict[str, str], submission: int, timeout: float
 
 
 def test_pod_scores_detectors_uploaded_through_its_api(pod: Pod, tmp_path: Path) -> None:
-    """Team members upload the baseline as .tar.gz and .zip; the pod's worker scores each in bubblewrap;
-    the test standings show both teams."""
-    _round(pod, tmp_path)
+    """Team members upload the baseline as .tar.gz and .zip to the docs' round; the pod's worker scores
+    each in bubblewrap; the test standings show both teams."""
+    pod.exec("web", "assay", "leaderboard", "team", "add", "beta")  # the docs' block added alpha
     api = f"{pod.base}/api/v1/leaderboard"
     started, submitted = time.monotonic(), {}
     for team, (filename, data) in _archives(tmp_path).items():
@@ -362,6 +323,63 @@ def test_pod_scores_detectors_uploaded_through_its_api(pod: Pod, tmp_path: Path)
     standings = httpx.get(f"{api}/rounds/r1/standings", params={"split": "test"}, headers=organiser).json()
     assert {row["team"] for row in standings["rows"]} == {"alpha", "beta"}, standings
     print(f"uploaded, scored in bubblewrap and ranked in {time.monotonic() - started:.0f} s")
+
+
+def test_pod_refuses_an_image_its_worker_cannot_run(pod: Pod, tmp_path: Path) -> None:
+    """The worker image has no podman, so a container-image upload is refused at once with one line
+    naming why (before: 201, then queued for ever behind a worker that calls itself unhealthy)."""
+    from container_image import ENTRYPOINT, METAPARAMETERS, SCHEMA, handmade_archive
+
+    files = {
+        "entrypoint.py": ENTRYPOINT.encode(),
+        "metaparameters.json": json.dumps(METAPARAMETERS).encode(),
+        "metaparameters_schema.json": json.dumps(SCHEMA).encode(),
+    }
+
+    pod.exec("web", "assay", "leaderboard", "team", "add", "gamma")
+    headers = _token(pod, "gamma-member", "--role", "team_member", "--team", "gamma")
+    image = handmade_archive(tmp_path / "detector.tar", [{"bin": b"x"}, files], ["python3", "/entrypoint.py"])
+    answer = httpx.post(
+        f"{pod.base}/api/v1/leaderboard/rounds/r1/submissions",
+        headers=headers,
+        data={"split": "test"},
+        files={"archive": ("detector.tar", image.read_bytes())},
+        timeout=60,
+    )
+    assert 400 <= answer.status_code < 500, (answer.status_code, answer.text)
+    assert "no live worker can run container-image submissions" in answer.text, answer.text
+    assert "podman" in answer.text and "\n" not in answer.json()["detail"], answer.text
+    print(f"image upload: {answer.status_code} {answer.json()['detail']}")
+
+
+def _rows(pod: Pod, database: str) -> dict[str, int]:
+    """Rows per table of one of the pod's databases, read with the PostgreSQL image's psql."""
+    query = (
+        "select table_name, (xpath('/row/n/text()', query_to_xml('select count(*) as n from '"
+        " || quote_ident(table_name), false, true, '')))[1]::text::int from information_schema.tables"
+        " where table_schema = 'public' and table_name <> 'alembic_version'"
+    )
+    out = pod.exec("db", "psql", "-U", "assay", "-d", database, "-At", "-F", "=", "-c", query)
+    return {name: int(n) for name, n in (line.split("=") for line in out.splitlines() if "=" in line)}
+
+
+def test_pod_backs_up_into_its_volume_and_restores_by_the_docs(pod: Pod) -> None:
+    """The docs' backup (into the pod's assay-backups volume, while it serves) and restore (a new database
+    made with the image's createdb, a new volume, a one-off container in the pod): every row comes back,
+    and the restored home holds each stored submission's artifact."""
+    from platform_image import BACKUP, RESTORE, run_documented
+
+    run_documented(BACKUP, BUILD / "backup.log")
+    name = f"assay-{time.strftime('%F')}.tar"
+    assert _volume_file("assay-backups", name).stat().st_size > 0
+    BACKED_UP.append(name)
+    run_documented(RESTORE, BUILD / "restore.log")
+    original, restored = _rows(pod, "assay"), _rows(pod, "assay_restored")
+    assert original["submissions"] >= 2 and restored == original, (original, restored)
+    home = _volume_file("assay-restored", "")
+    assert list(home.glob("**/submissions/*")) or list(home.glob("**/artifacts/*")), sorted(home.rglob("*"))[
+        :20
+    ]
 
 
 def test_pod_readiness_follows_the_database(pod: Pod) -> None:
