@@ -275,3 +275,37 @@ def test_workers_claiming_at_once_take_each_job_once(db_url: str, tmp_path: Path
     assert sorted(jobs) == sorted(set(jobs)) and len(jobs) == 6, claimed
     with sessions() as session:
         assert {job.worker for job in session.scalars(select(Job))} <= {f"w:{n}" for n in range(4)}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(MISSING is not None, reason=f"podman: {MISSING}")
+def test_a_task_removes_a_dead_holders_containers_of_its_job_on_its_node(sleeper) -> None:  # type: ignore[no-untyped-def]
+    """On a Ray node nobody runs the harness's own sweep: the first task of a job there removes the
+    containers of that job another worker started (a dead holder's), and keeps its own worker's and other
+    jobs'. Before, they ran on until podman's ``--timeout``."""
+    from assay.runner.container import ImageSpec, _podman, owner_labels, remove_other_runs, ulimit_flags
+
+    archive, image_id = sleeper
+    podman = _podman(ImageSpec("archive", ""))
+    subprocess.run([*podman, "load", "--quiet", "--input", str(archive)], check=True, capture_output=True)
+    job = str(900000 + os.getpid() % 1000)
+    started = {}
+    for key, labels in {
+        "dead": owner_labels(int(job), "gone-host:1"),
+        "mine": owner_labels(int(job), "this-host:2"),
+        "other job": owner_labels(int(job) + 1, "gone-host:1"),
+    }.items():
+        flags = [f"--label={k}={v}" for k, v in labels.items()]
+        run = [*podman, "run", "--detach", "--network", "none", *ulimit_flags(), *flags, image_id]
+        started[key] = subprocess.run(run, check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        assert remove_other_runs(owner_labels(int(job), "this-host:2")) == 1
+        running = set(containers(image_id))
+        assert not any(started["dead"].startswith(c) for c in running), running
+        assert {key for key, cid in started.items() if any(cid.startswith(c) for c in running)} == {
+            "mine",
+            "other job",
+        }
+        assert remove_other_runs(owner_labels(int(job), "this-host:2")) == 0  # once per job and worker
+    finally:
+        subprocess.run([*podman, "rm", "--force", "--time", "0", *started.values()], capture_output=True)

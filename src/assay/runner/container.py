@@ -566,6 +566,44 @@ def remove_labelled(labels: dict[str, str]) -> int:
     return removed
 
 
+_SWEPT: set[tuple[str, str]] = set()  # (job, worker) pairs this process has swept for (``remove_other_runs``)
+
+
+def remove_other_runs(labels: dict[str, str]) -> int:
+    """Kill and remove this host's containers of the same job started for another worker; how many went.
+
+    A job has one holder at a time, so such a container is a dead holder's: a worker killed outright, or a
+    lost driver whose Ray tasks ran on. The reclaiming worker's harness clears its own host
+    (``remove_labelled``); this clears each node a task of the job reaches, before the task starts there,
+    so one job never runs twice at once on any host, not only until podman's ``--timeout``. Once per job,
+    worker and process: the sweep costs a ``podman ps``.
+    """
+    job, worker = labels.get(JOB_LABEL), labels.get(WORKER_LABEL)
+    if not job or not worker or (job, worker) in _SWEPT or podman_missing() is not None:
+        return 0
+    _SWEPT.add((job, worker))
+    removed = 0
+    for prefix in _storages():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            listed = _call(
+                [
+                    *prefix,
+                    "ps",
+                    "--all",
+                    "--no-trunc",
+                    f"--filter=label={JOB_LABEL}={job}",
+                    "--format",
+                    f'{{{{.ID}}}} {{{{index .Labels "{WORKER_LABEL}"}}}}',
+                ],
+                timeout=60,
+            ).stdout.splitlines()
+            others = [line.split()[0] for line in listed if line.split()[1:] != [worker]]
+            if others:
+                _call([*prefix, "rm", "--force", "--ignore", "--time", "0", *others], timeout=60)
+                removed += len(others)
+    return removed
+
+
 def _result(
     task: Task, finished: Finished, outputs: dict, described: str, worker: str, wall: float
 ) -> TaskResult:
@@ -596,6 +634,7 @@ def run_container(task: Task, workdir: Path | None = None) -> TaskResult:
         raise UserError(f"this job runs an OCI image and {reason}")  # no task key: it names the model
     check_sources(_image_stage(task))
     _binds(task)  # refuse unmountable paths before anything starts
+    remove_other_runs(task.labels)  # a dead holder's containers of this job, on this host
     worker = f"{socket.gethostname()}:{os.getpid()}"
     wall = time_left(task)
     if wall <= 0:
