@@ -86,7 +86,7 @@ def deps(folder: Path) -> None:
         passwd.write(f"{USER}:x:{UID}:{UID}:assay:{HOME}:/sbin/nologin\n")
     with open("/etc/group", "a") as group:
         group.write(f"{USER}:x:{UID}:\n")
-    Path(HOME).mkdir(parents=True, exist_ok=True)
+    Path(HOME, "rounds").mkdir(parents=True, exist_ok=True)  # where round folders are copied in (docs)
     Path(BACKUPS).mkdir(parents=True, exist_ok=True)
 
 

@@ -31,6 +31,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+# the tar helpers deploy/base_images.py makes the deploy's base images with: host files at their own paths
+from base_images import add_bytes as _add_bytes
+from base_images import add_file as _add_file
+from base_images import libraries as _libraries
+
 # What the image's programs import; the image holds these modules and what they import, nothing more.
 MODULES = (
     *("argparse", "json", "os", "struct", "sys", "math", "zipfile", "socket", "time", "resource"),
@@ -153,45 +159,6 @@ def _module_files(python: Path) -> list[Path]:
     ).stdout.strip()
     files = {Path(f) for f in json.loads(done.stdout) if f and f.startswith(stdlib + "/")}
     return sorted(p for p in files if "-packages" not in p.parts)
-
-
-def _libraries(binaries: list[Path]) -> set[Path]:
-    """The shared libraries (and the loader) these binaries link, from ldd."""
-    found: set[Path] = set()
-    for binary in binaries:
-        done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
-        for line in done.stdout.splitlines():
-            for word in line.split():
-                if word.startswith("/") and Path(word).exists():
-                    found.add(Path(word))
-    return found
-
-
-def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), mode, 0
-    archive.addfile(info, io.BytesIO(data))
-
-
-def _add_file(archive: tarfile.TarFile, path: Path, seen: set[str]) -> None:
-    """Add a host file at its own absolute path (parents first); a link is added with what it points to."""
-    for parent in reversed(path.parents[:-1]):
-        if str(parent) not in seen:
-            seen.add(str(parent))
-            info = tarfile.TarInfo(str(parent).lstrip("/"))
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
-            archive.addfile(info)
-    if str(path) in seen:
-        return
-    seen.add(str(path))
-    if path.is_symlink():
-        info = tarfile.TarInfo(str(path).lstrip("/"))
-        info.type, info.linkname, info.mtime = tarfile.SYMTYPE, os.readlink(path), 0
-        archive.addfile(info)
-        target = path.parent / os.readlink(path)
-        _add_file(archive, Path(os.path.normpath(target)), seen)
-        return
-    archive.add(str(path), arcname=str(path).lstrip("/"), recursive=False)
 
 
 SHELL = Path("/bin/sh")

@@ -200,6 +200,7 @@ def test_worker_image_runs_a_job_on_ray_nodes_in_containers(worker_image: str, t
         _detached(head, worker_image, [*ray, *programme, "--entrypoint", "sh"], ["-c", driver])
         _logged(head, "Ray runtime started", 120)
         join = ["start", f"--address=127.0.0.1:{port}", "--block", "--disable-usage-stats", "--num-cpus=1"]
+        join.append('--resources={"assay_host": 1}')  # as the docs start a node: sealed runs hold it alone
         _detached(node, worker_image, [*ray, "--entrypoint", "ray"], join)
         exited = podman("wait", head, timeout=600)
         logs = subprocess.run(["podman", "logs", head], capture_output=True, text=True)
