@@ -204,6 +204,9 @@ def test_on_ray_a_sealed_task_takes_its_whole_node() -> None:
     assert _host_share(exclusive=True, offered=True) == {HOST_RESOURCE: 1.0}
     assert _host_share(exclusive=False, offered=True) == {HOST_RESOURCE: 0.001}
     assert _host_share(exclusive=False, offered=False) == {}
+    # a head alone (its nodes still joining): a sealed task waits for a node that offers the resource
+    assert _host_share(exclusive=True, offered=False, nodes=False) == {HOST_RESOURCE: 1.0}
+    assert _host_share(exclusive=False, offered=False, nodes=False) == {}
     refusal = re.escape("""start every node with --resources='{"assay_host": 1}'""")
     with pytest.raises(UserError, match=refusal):
         _host_share(exclusive=True, offered=False)

@@ -192,10 +192,15 @@ def _native_stderr_muted() -> Iterator[None]:
         os.close(saved)
 
 
-def _host_share(exclusive: bool, offered: bool) -> dict[str, float]:
+def _host_share(exclusive: bool, offered: bool, nodes: bool = True) -> dict[str, float]:
     """The per-node custom resource a Ray task takes (``hostlease.ray_resources``); on a cluster whose
-    nodes do not offer it (``offered``) shared tasks run as before and an exclusive one is refused."""
+    nodes do not offer it (``offered``) shared tasks run as before and an exclusive one is refused. A
+    cluster with no node to run tasks yet (``nodes`` False: a head with no CPUs, its nodes still starting)
+    says nothing either way: an exclusive task asks for the resource and waits for a node that offers it,
+    as the documented nodes do."""
     if offered:
+        return ray_resources(exclusive)
+    if exclusive and not nodes:
         return ray_resources(exclusive)
     if exclusive:
         raise UserError(
@@ -305,12 +310,13 @@ class RayExecutor:
                     if h is not None and h not in refs:
                         refs[h] = self._refs[h] if h in self._refs else _put_file(self.ray, blobs[h])
         calls = []
-        offered = bool(self.ray.cluster_resources().get(HOST_RESOURCE))
+        cluster = self.ray.cluster_resources()
+        offered, nodes = bool(cluster.get(HOST_RESOURCE)), bool(cluster.get("CPU"))
         for shipment in shipments:
             limits = shipment.task.limits
             needed = {h: refs[h] for h in [*shipment.stage.values(), shipment.image] if h is not None}
             options = self._options(limits.cpus, limits.gpus, limits.memory_bytes)
-            options["resources"] = _host_share(shipment.task.exclusive, offered)
+            options["resources"] = _host_share(shipment.task.exclusive, offered, nodes)
             calls.append(remote.options(**options).remote(shipment, needed, self.workdir, self.isolation))
         # Keep what this call used, for the next one (a job's next chunk: the same detector, the same
         # training split); anything older leaves the object store.
