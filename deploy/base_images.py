@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -112,8 +113,6 @@ def add_dir(archive: tarfile.TarFile, name: str, mode: int = 0o755, uid: int = 0
 
 
 def add_bytes(archive: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
-    import io
-
     info = tarfile.TarInfo(name.lstrip("/"))
     info.size, info.mode, info.mtime = len(data), mode, 0
     archive.addfile(info, io.BytesIO(data))
@@ -152,14 +151,15 @@ def add_tree(
     return objects
 
 
-def add_etc(archive: tarfile.TarFile, users: str) -> None:
-    add_bytes(archive, "etc/passwd", f"root:x:0:0:root:/root:/bin/sh\n{users}".encode())
-    add_bytes(
-        archive,
-        "etc/group",
-        b"root:x:0:\n"
-        + "".join(f"{line.split(':')[0]}:x:{line.split(':')[3]}:\n" for line in users.splitlines()).encode(),
-    )
+def add_etc(archive: tarfile.TarFile, user: tuple[str, int, str] | None = None) -> None:
+    """/etc/passwd and /etc/group with root and ``user`` (name, id, home), and /tmp."""
+    passwd, group = "root:x:0:0:root:/root:/bin/sh\n", "root:x:0:\n"
+    if user is not None:
+        name, uid, home = user
+        passwd += f"{name}:x:{uid}:{uid}:{name}:{home}:/bin/sh\n"
+        group += f"{name}:x:{uid}:\n"
+    add_bytes(archive, "etc/passwd", passwd.encode())
+    add_bytes(archive, "etc/group", group.encode())
     add_dir(archive, "tmp", 0o1777)
 
 
@@ -178,7 +178,7 @@ def base_rootfs(target: Path) -> None:
     seen: set[str] = set()
     objects: list[Path] = []
     with tarfile.open(target, "w") as archive:
-        add_etc(archive, "")
+        add_etc(archive)
         for parent, folders, names in os.walk(stdlib):
             folders[:] = sorted(f for f in folders if f not in STDLIB_SKIP and not f.startswith("config-"))
             for file in sorted(n for n in names if not n.endswith(".pyc")):
@@ -207,7 +207,7 @@ def postgres_rootfs(target: Path) -> None:
     share = Path(f"/usr/share/postgresql/{PG_MAJOR}")
     seen: set[str] = set()
     with tarfile.open(target, "w") as archive:
-        add_etc(archive, "postgres:x:999:999:postgres:/var/lib/postgresql:/bin/sh\n")
+        add_etc(archive, ("postgres", 999, "/var/lib/postgresql"))
         programs = [version_dir / "bin" / n for n in ("postgres", "initdb", "createdb", "psql", "pg_isready")]
         for program in programs:
             add_file(archive, program, seen)
