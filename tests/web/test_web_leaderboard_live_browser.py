@@ -1,6 +1,7 @@
 """The leaderboard's pages in Chromium as the organiser and a team meet them (issue 47).
 
-The live job page (item 2): every line the page shows follows the job's state.
+The live job page (item 2): every line the page shows follows the job's state, its start included
+(before, "Started ..." appeared only on a reload).
 Before, "Waiting for a worker ... no worker is alive right now" stayed for the whole run beside "Status:
 running" (the script updated the status and the count, never the waiting line).
 
@@ -60,9 +61,11 @@ def test_the_job_page_drops_the_waiting_line_once_a_worker_has_the_job(tmp_path:
         page.click("button:has-text('Sign in')")
         page.wait_for_url(f"**/leaderboard/jobs/{job_id}")
         assert "Waiting for a worker: next in the queue" in page.inner_text("#job-queue")
+        assert not page.locator("#job-started").is_visible()
 
+        claimed = utcnow()
         with app.state.sessions.begin() as session:  # a worker claims the job and finishes 3 of 4 models
-            session.execute(update(Job).where(Job.id == job_id).values(status="running", claimed_at=utcnow()))
+            session.execute(update(Job).where(Job.id == job_id).values(status="running", claimed_at=claimed))
             for name in list(TRUTH)[:3]:
                 done = ModelResult(job_id=job_id, model_name=name, value=0.5, flags="", wall_seconds=1.0)
                 session.add(done)
@@ -72,6 +75,9 @@ def test_the_job_page_drops_the_waiting_line_once_a_worker_has_the_job(tmp_path:
         line = page.locator("#job-queue")
         assert line.count() == 0 or not line.is_visible() or "Waiting" not in line.inner_text()
         assert "Waiting for a worker" not in page.inner_text("#job-progress")
+        # the start shows without a reload, written as the server writes it (before: only on reload)
+        expect(page.locator("#job-started")).to_be_visible()
+        assert page.inner_text("#job-started").strip() == f"Started {claimed.strftime('%Y-%m-%d %H:%M')} UTC."
 
 
 def test_the_organiser_reads_exact_scores_and_whole_counts(tmp_path: Path) -> None:

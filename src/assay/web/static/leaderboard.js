@@ -1,7 +1,7 @@
 // Leaderboard pages, enhanced: the pages work without this file.
-// - Job page: poll the job's JSON record every 2 s, show its status, models done / total and the wait in
-//   the server's words (gone once a worker has the job), reload once it has finished (the server then
-//   renders the links to the scores).
+// - Job page: poll the job's JSON record every 2 s, show its status, models done / total, when a worker
+//   started it and the wait in the server's words (gone once a worker has the job), reload once it has
+//   finished (the server then renders the links to the scores).
 // - Upload form: refuse a file over the upload limit before sending it (the server checks again).
 "use strict";
 
@@ -11,6 +11,13 @@
   function text(id, value) {
     var node = document.getElementById(id);
     if (node) node.textContent = String(value);
+  }
+
+  // A moment as the server's pages write it (leaderboard_macros.html ``when``): "2026-11-29 09:41 UTC".
+  function utcMinute(iso) {
+    var moment = new Date(/(Z|[+-]\d\d:?\d\d)$/.test(iso) ? iso : iso + "Z");
+    if (isNaN(moment.getTime())) return iso;
+    return moment.toISOString().slice(0, 16).replace("T", " ") + " UTC";
   }
 
   function followJob(box) {
@@ -30,6 +37,11 @@
       if (waiting) {
         waiting.textContent = job.waiting || "";
         waiting.hidden = !job.waiting;
+      }
+      var started = document.getElementById("job-started"); // "Started ..." once a worker has claimed it
+      if (started && job.claimed_at) {
+        text("job-started-at", utcMinute(job.claimed_at));
+        started.hidden = false;
       }
       var status = document.getElementById("job-status");
       if (status) {
