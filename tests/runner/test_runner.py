@@ -587,3 +587,26 @@ def test_the_shared_task_folder_is_used_only_when_it_is_this_users_alone(
         os.chown(private, 65534, 65534)
         with pytest.raises(UserError, match=f"{private} belongs to uid 65534, not to this user"):
             default_base()
+
+
+def test_podmans_private_storage_is_used_only_when_it_is_this_users_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47's leftover: ``/tmp/assay-podman`` (the storage submitted images load into and every image
+    detector starts from) was used whoever had made it. Now it follows the task folders' rule."""
+    from assay.runner.container import storage_root
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(temp))
+    monkeypatch.delenv("ASSAY_PODMAN_ROOT", raising=False)
+    shared, private = temp / "assay-podman", temp / f"assay-podman-{os.geteuid()}"
+    assert storage_root() == shared and oct(shared.stat().st_mode & 0o777) == "0o700"
+    shared.chmod(0o777)  # made first by someone for everyone
+    assert storage_root() == private and oct(private.stat().st_mode & 0o777) == "0o700"
+    private.chmod(0o775)
+    with pytest.raises(UserError, match="no private folder for podman's image storage: ") as caught:
+        storage_root()
+    assert "\n" not in str(caught.value)
+    monkeypatch.setenv("ASSAY_PODMAN_ROOT", str(tmp_path / "chosen"))  # the operator's choice stands
+    assert storage_root() == tmp_path / "chosen"

@@ -98,6 +98,7 @@ from assay.runner.workspace import (
     check_sources,
     default_base,
     owner_is_dead,
+    private_temp_folder,
     stage_in,
     workspace,
 )
@@ -189,13 +190,16 @@ def sif_missing() -> str | None:
 
 
 def storage_root() -> Path:
-    """Podman's storage for submitted images (``ASSAY_PODMAN_ROOT``, else beside the runner's task folders).
+    """Podman's storage for submitted images: ``ASSAY_PODMAN_ROOT``, else ``assay-podman`` in the temp dir
+    when it is this user's alone (``private_temp_folder``, as the task folders: whoever made a shared one
+    first would choose the images every detector run starts from), else ``assay-podman-UID``.
 
     Apart from the host's own storage because loading an archive applies the tags inside it: a team's
     ``docker save`` of ``debian:latest`` must not retag the host's image. Images here are a cache: removed
     ones are loaded again from their archive when next needed.
     """
-    return Path(os.environ.get("ASSAY_PODMAN_ROOT") or default_base().parent / "assay-podman")
+    chosen = os.environ.get("ASSAY_PODMAN_ROOT")
+    return Path(chosen) if chosen else private_temp_folder("assay-podman", "podman's image storage")
 
 
 def _podman(spec: ImageSpec) -> list[str]:

@@ -52,18 +52,23 @@ class Workspace:
 
 def default_base() -> Path:
     """Where task folders go when the caller gives none: ``assay-runner`` in the system temp dir, or
-    ``assay-runner-UID`` when that one is not this user's alone. Whoever makes the shared name first owns
-    every task folder made in it later (issue 47: another user's process, or an unisolated practice run),
-    so a folder of another owner, a link, or one others may write to is never used; with both names taken
-    so, one line says which and why."""
+    ``assay-runner-UID`` when that one is not this user's alone (``private_temp_folder``)."""
+    return private_temp_folder("assay-runner", "task folders")
+
+
+def private_temp_folder(name: str, purpose: str) -> Path:
+    """``name`` in the system temp dir, or ``name-UID`` when that one is not this user's alone. Whoever
+    makes the shared name first owns everything made in it later (issue 47: another user's process, or an
+    unisolated practice run), so a folder of another owner, a link, or one others may write to is never
+    used; with both names taken so, one line says which and why, naming ``purpose``."""
     temp = Path(tempfile.gettempdir())
     problems = []
-    for candidate in (temp / "assay-runner", temp / f"assay-runner-{os.geteuid()}"):
+    for candidate in (temp / name, temp / f"{name}-{os.geteuid()}"):
         problem = private_folder_problem(candidate)
         if problem is None:
             return candidate
         problems.append(f"{candidate} {problem}")
-    raise UserError(f"no private folder for task folders: {'; '.join(problems)}; remove one or pass a folder")
+    raise UserError(f"no private folder for {purpose}: {'; '.join(problems)}; remove one or pass a folder")
 
 
 def private_folder_problem(path: Path) -> str | None:
