@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The difficulty ladder of docs/zoo.md: three reference rounds (images easy, images hard, text), each
 # generated, split and measured by `assay zoo difficulty` (the baselines cross-validated on its training
-# split). Reference rounds live here, never in tests: about 15 minutes on 2 cores.
+# split). Reference rounds live here, never in tests: 4 minutes on 2 quiet cores (15 on busy ones).
 #   bash examples/difficulty-ladder.sh [OUT]      (default build/difficulty-ladder)
 set -euo pipefail
 cd "$(dirname "$0")/.."
