@@ -59,8 +59,9 @@ BESIDE = "podman rm -f assay-worker"
 ROUND = "assay zoo generate --config examples/zoo-tiny-round.yaml"
 BACKUP = "podman exec assay-web assay admin backup /var/lib/assay-backups/assay-$(date +%F).tar"
 RESTORE = "podman exec assay-db createdb"
+SECRET = "podman secret create assay-db-url"
 DOWN = "podman kube down deploy/assay-pod.yaml"
-RUN_MARKERS = (LIMITS, PLATFORM, WORKER, PLAY, BESIDE, ROUND, BACKUP, RESTORE, DOWN)
+RUN_MARKERS = (LIMITS, PLATFORM, WORKER, PLAY, BESIDE, ROUND, SECRET, BACKUP, RESTORE, DOWN)
 STORE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "assay-test-deploy"
 STORAGE_CONF = """[storage]
 driver = "overlay"
@@ -174,10 +175,12 @@ def _host_names() -> set[str]:
 
 
 def _empty_store() -> None:
-    """Every pod, container and volume of the test store, removed (a run killed half-way left them)."""
+    """Every pod, container, volume and secret of the test store, removed (a run killed half-way left
+    them)."""
     podman("pod", "rm", "--all", "--force", "--time", "5")
     podman("rm", "--all", "--force", "--volumes", "--time", "5")
     podman("volume", "rm", "--all", "--force")
+    podman("secret", "rm", "--all")
 
 
 def _prune_unused(logs: list[Path]) -> int:

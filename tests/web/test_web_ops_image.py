@@ -354,6 +354,16 @@ def test_pod_refuses_an_image_its_worker_cannot_run(pod: Pod, tmp_path: Path) ->
     print(f"image upload: {answer.status_code} {answer.json()['detail']}")
 
 
+def test_pod_reads_its_database_url_from_a_podman_secret(pod: Pod) -> None:
+    """The docs' secret: the URL in a file podman mounts, read through ASSAY_DB_URL_FILE, not the
+    environment (which podman inspect shows)."""
+    from platform_image import SECRET, run_documented
+
+    log = BUILD / "secret.log"
+    run_documented(SECRET, log)
+    assert log.read_text().strip().splitlines()[-1] == "ok", log.read_text()
+
+
 def _rows(pod: Pod, database: str) -> dict[str, int]:
     """Rows per table of one of the pod's databases, read with the PostgreSQL image's psql."""
     query = (
