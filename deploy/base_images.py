@@ -41,7 +41,7 @@ UPSTREAM = {
 }
 FLOOR = (3, 11, 4)  # assay.pyfloor.FLOOR
 PG_MAJOR = "15"
-WORKER_ROOT = Path("build/worker-root")
+WORKER_ROOT = Path(__file__).resolve().parents[1] / "build" / "worker-root"  # what the worker stage lays over
 WORKER_TOOLS = (Path("/usr/bin/bwrap"), Path("/usr/bin/unsquashfs"))
 SHELL = Path("/bin/sh")
 # what manylinux wheels may link without shipping, as python:3.11-slim carries them
