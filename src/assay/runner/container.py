@@ -550,20 +550,22 @@ def _storages() -> list[list[str]]:
     return [private, *found] if (storage_root() / "storage").is_dir() else found
 
 
-def remove_labelled(labels: dict[str, str]) -> int:
+def remove_labelled(labels: dict[str, str], spare_worker: str | None = None) -> int:
     """Kill and remove every container on this host carrying all of ``labels`` (``Task.labels``: the job
-    and worker it runs for), in every storage; how many went. A stopped worker's leftovers, or a dead
-    one's before its job runs again: podman finds them by label, so nothing of ours tracks processes, and
-    each still has podman's own ``--timeout`` as a backstop where nobody comes (a lost node)."""
+    and worker it runs for), in every storage, but those of ``spare_worker``; how many went. A stopped
+    worker's leftovers, or a dead one's before its job runs again: podman finds them by label, so nothing
+    of ours tracks processes, and each still has podman's own ``--timeout`` as a backstop where nobody
+    comes (a lost node)."""
     if podman_missing() is not None or not labels:
         return 0
     filters = [f"--filter=label={label}={value}" for label, value in sorted(labels.items())]
+    owner = f'{{{{.ID}}}} {{{{index .Labels "{WORKER_LABEL}"}}}}'
     removed = 0
     for prefix in _storages():
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            found = _call(
-                [*prefix, "ps", "--all", "--quiet", "--no-trunc", *filters], timeout=60
-            ).stdout.split()
+            listed = _call([*prefix, "ps", "--all", "--no-trunc", *filters, "--format", owner], timeout=60)
+            rows = [line.split() for line in listed.stdout.splitlines() if line.strip()]
+            found = [row[0] for row in rows if spare_worker is None or row[1:] != [spare_worker]]
             if found:
                 _call([*prefix, "rm", "--force", "--ignore", "--time", "0", *found], timeout=60)
                 removed += len(found)
@@ -583,29 +585,10 @@ def remove_other_runs(labels: dict[str, str]) -> int:
     worker and process: the sweep costs a ``podman ps``.
     """
     job, worker = labels.get(JOB_LABEL), labels.get(WORKER_LABEL)
-    if not job or not worker or (job, worker) in _SWEPT or podman_missing() is not None:
+    if not job or not worker or (job, worker) in _SWEPT:
         return 0
     _SWEPT.add((job, worker))
-    removed = 0
-    for prefix in _storages():
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            listed = _call(
-                [
-                    *prefix,
-                    "ps",
-                    "--all",
-                    "--no-trunc",
-                    f"--filter=label={JOB_LABEL}={job}",
-                    "--format",
-                    f'{{{{.ID}}}} {{{{index .Labels "{WORKER_LABEL}"}}}}',
-                ],
-                timeout=60,
-            ).stdout.splitlines()
-            others = [line.split()[0] for line in listed if line.split()[1:] != [worker]]
-            if others:
-                _call([*prefix, "rm", "--force", "--ignore", "--time", "0", *others], timeout=60)
-                removed += len(others)
-    return removed
+    return remove_labelled({JOB_LABEL: job}, spare_worker=worker)
 
 
 def _result(
