@@ -140,15 +140,6 @@ def podman(*argv: str, timeout: float = 600, env: dict[str, str] | None = None) 
     return done.stdout.strip()
 
 
-def limits() -> list[str]:
-    """``--ulimit`` options within this host's hard limits (runc refuses to raise them)."""
-    import resource
-
-    nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536)
-    nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 32768)
-    return [f"--ulimit=nofile={nofile}:{nofile}", f"--ulimit=nproc={nproc}:{nproc}"]
-
-
 def _run_dir() -> Path:
     """Where the test store's run root and libpod's tmp dir go: a tmpfs, as podman wants them."""
     run = (
@@ -221,21 +212,22 @@ def deploy_store() -> Iterator[dict[str, str]]:
     if reason is not None:
         pytest.skip(reason)
     before = _host_names()
-    saved = {k: os.environ.get(k) for k in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF")}
-    os.environ.update(_store_env())
-    try:
-        _empty_store()
-        yield _store_env()
-    finally:
-        _empty_store()
-        pruned = _prune_unused(BUILD_LOGS)
-        left = podman("volume", "ls", "--format", "{{.Name}}") + podman("ps", "-a", "--format", "{{.Names}}")
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-        added = _host_names() - before
-        print(f"test store {STORE}: {pruned} unused dangling images removed; left: {left or 'nothing'}")
-        assert not left.strip(), f"the test store kept {left!r}"
-        assert not added, f"the host's podman store gained {sorted(added)}"
+    with pytest.MonkeyPatch.context() as patch:  # the host's podman again once the session ends
+        for key, value in _store_env().items():
+            patch.setenv(key, value)
+        try:
+            _empty_store()
+            yield _store_env()
+        finally:
+            _empty_store()
+            pruned = _prune_unused(BUILD_LOGS)
+            left = podman("volume", "ls", "--format", "{{.Name}}") + podman(
+                "ps", "-a", "--format", "{{.Names}}"
+            )
+    added = _host_names() - before
+    print(f"test store {STORE}: {pruned} unused dangling images removed; left: {left or 'nothing'}")
+    assert not left.strip(), f"the test store kept {left!r}"
+    assert not added, f"the host's podman store gained {sorted(added)}"
 
 
 def run_documented(marker: str, log: Path) -> Build:

@@ -69,9 +69,7 @@ def images(built):  # type: ignore[no-untyped-def]
 
 
 def _run(image: str, *argv: str, entrypoint: str | None = None) -> subprocess.CompletedProcess[str]:
-    from platform_image import limits
-
-    command = ["podman", "run", "--rm", *limits(), "--network", "none"]
+    command = ["podman", "run", "--rm", "--network", "none"]
     command += ["--entrypoint", entrypoint] if entrypoint else []
     return subprocess.run([*command, image, *argv], capture_output=True, text=True, check=False)
 

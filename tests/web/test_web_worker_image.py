@@ -81,9 +81,7 @@ def _submit(folder: Path, url: str, team: str) -> int:
 
 def _work_once(image: str, folder: Path, url: str, *options: str) -> subprocess.CompletedProcess[str]:
     """``assay leaderboard worker --once`` in the image, the programme's folder at its own path."""
-    from platform_image import limits
-
-    command = ["podman", "run", "--rm", *limits(), "--network", "none", *options]
+    command = ["podman", "run", "--rm", "--network", "none", *options]
     command += [
         "-v",
         f"{folder}:{folder}",
@@ -111,13 +109,11 @@ def test_worker_image_scores_a_sealed_split_in_bubblewrap(worker_image: str, tmp
     folder = tmp_path / "programme"
     folder.mkdir()
     url = _programme(folder)
-    from platform_image import limits
-
     facts = (
         "import json, os, torch, shutil\n"
         "print(json.dumps([os.getuid(), torch.__version__, shutil.which('bwrap')]))"
     )
-    podman_run = ["podman", "run", "--rm", *limits(), "--network", "none"]
+    podman_run = ["podman", "run", "--rm", "--network", "none"]
     probe = subprocess.run(
         [*podman_run, "--entrypoint", "python3", worker_image, "-c", facts],
         capture_output=True,
@@ -150,9 +146,9 @@ def test_worker_image_scores_a_sealed_split_in_bubblewrap(worker_image: str, tmp
 
 
 def _detached(name: str, image: str, options: list[str], argv: list[str]) -> None:
-    from platform_image import limits, podman
+    from platform_image import podman
 
-    podman("run", "--detach", "--name", name, *limits(), *options, image, *argv)
+    podman("run", "--detach", "--name", name, *options, image, *argv)
 
 
 def _logged(name: str, text: str, timeout: float) -> None:
@@ -206,7 +202,9 @@ def test_worker_image_runs_a_job_on_ray_nodes_in_containers(worker_image: str, t
         logs = subprocess.run(["podman", "logs", head], capture_output=True, text=True)
         assert exited == "0", logs.stderr[-3000:]
     finally:
-        subprocess.run(["podman", "rm", "--force", "--volumes", "--time", "5", head, node], capture_output=True)
+        subprocess.run(
+            ["podman", "rm", "--force", "--volumes", "--time", "5", head, node], capture_output=True
+        )
         subprocess.run(["podman", "secret", "rm", secret], capture_output=True)
     status, values, log = _job(url, job_id)
     assert status == "done" and values and all(v is not None for v in values.values()), log[-2000:]
